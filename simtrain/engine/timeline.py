@@ -1,0 +1,111 @@
+"""The timeline: every span the engine executed, the single output all reports derive from."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+# Span kinds, used for colours and breakdowns. Compute kinds run on a compute stream,
+# communication kinds on a communication stream.
+COMPUTE_KINDS = ("forward", "backward", "recompute", "optimizer", "compute")
+COMM_KINDS = ("dp_comm", "tp_comm", "cp_comm", "pp_comm", "ep_comm", "comm")
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One executed task on one rank: [start, end) in seconds on ``stream``."""
+
+    rank: int
+    stream: str
+    kind: str
+    name: str
+    start: float
+    end: float
+    bytes: float = 0.0
+    flops: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def is_comm(self) -> bool:
+        return self.kind in COMM_KINDS
+
+
+@dataclass
+class Timeline:
+    """All spans of one simulated step, in the order they finished (deterministic)."""
+
+    num_ranks: int
+    spans: list[Span] = field(default_factory=list)
+
+    def add(self, span: Span) -> None:
+        self.spans.append(span)
+
+    def __iter__(self) -> Iterator[Span]:
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    @property
+    def end(self) -> float:
+        """Time the last span ended: the step time when the step starts at 0."""
+        return max((s.end for s in self.spans), default=0.0)
+
+    def for_rank(self, rank: int) -> list[Span]:
+        return [s for s in self.spans if s.rank == rank]
+
+    def by_rank(self) -> dict[int, list[Span]]:
+        out: dict[int, list[Span]] = defaultdict(list)
+        for s in self.spans:
+            out[s.rank].append(s)
+        return dict(out)
+
+    def streams(self) -> list[tuple[int, str]]:
+        """Distinct (rank, stream) rows, sorted by rank then stream name (compute first)."""
+        rows = {(s.rank, s.stream) for s in self.spans}
+        return sorted(rows, key=lambda r: (r[0], r[1] != "compute", r[1]))
+
+    def signature(self) -> tuple[tuple[Any, ...], ...]:
+        """Hashable content of the timeline, for determinism checks."""
+        return tuple(
+            (s.rank, s.stream, s.kind, s.name, s.start, s.end, s.bytes, s.flops) for s in self.spans
+        )
+
+
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by a set of [start, end) intervals (overlaps counted once)."""
+    return sum(end - start for start, end in merge_intervals(intervals))
+
+
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, disjoint union of [start, end) intervals."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def overlap_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the intersection of two sorted disjoint interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        hi = min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
