@@ -1,0 +1,160 @@
+"""Flows over links with max-min fair bandwidth sharing, driven by SimPy.
+
+A transfer is a flow along a route (a tuple of directed link ids). Concurrent flows on a
+link share its bandwidth max-min fairly (progressive filling); rates are recomputed only
+when a flow starts or ends, and the network sleeps until the next completion. This is what
+makes contention real: flows that share a link slow each other, flows on disjoint links
+do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import simpy
+
+# A flow whose projected finish lies within this relative tolerance of "now" is complete;
+# guards against float residue of remaining = bytes - rate * dt.
+_REL_EPS = 1e-12
+_ABS_EPS = 1e-15
+
+
+class LinkLike(Protocol):
+    """What the network needs of a link: its capacity in bytes/s in one direction."""
+
+    @property
+    def bandwidth(self) -> float: ...
+
+
+class Fabric(Protocol):
+    """What the engine needs of a cluster: links, routes between ranks, servers."""
+
+    @property
+    def links(self) -> Sequence[LinkLike]: ...
+
+    @property
+    def num_gpus(self) -> int: ...
+
+    def route(self, src_rank: int, dst_rank: int) -> tuple[int, ...]: ...
+
+    def route_latency(self, route: tuple[int, ...]) -> float: ...
+
+    def server_of(self, rank: int) -> int: ...
+
+
+@dataclass(eq=False, slots=True)
+class _Flow:
+    route: tuple[int, ...]
+    remaining: float
+    done: simpy.Event
+    rate: float = 0.0
+    finish: float = 0.0
+
+
+def max_min_rates(
+    routes: Sequence[tuple[int, ...]], capacity: Sequence[float]
+) -> list[float]:
+    """Max-min fair rates (bytes/s) for flows with the given routes over links of ``capacity``.
+
+    Progressive filling: repeatedly find the link whose remaining capacity divided by its
+    unfrozen flows is smallest, give those flows that share, and remove them. A flow with an
+    empty route (same device) gets an infinite rate.
+    """
+    rates = [0.0] * len(routes)
+    remaining_cap: dict[int, float] = {}
+    users: dict[int, list[int]] = {}
+    for i, route in enumerate(routes):
+        if not route:
+            rates[i] = float("inf")
+            continue
+        for link in route:
+            if link not in users:
+                users[link] = []
+                remaining_cap[link] = capacity[link]
+            users[link].append(i)
+    frozen = [not route for route in routes]
+    active_count = {link: len(flows) for link, flows in users.items()}
+    while active_count:
+        # Ties broken by link id so the result does not depend on dict order.
+        bottleneck = min(active_count, key=lambda ln: (remaining_cap[ln] / active_count[ln], ln))
+        share = remaining_cap[bottleneck] / active_count[bottleneck]
+        for i in users[bottleneck]:
+            if frozen[i]:
+                continue
+            frozen[i] = True
+            rates[i] = share
+            for link in routes[i]:
+                remaining_cap[link] -= share
+                active_count[link] -= 1
+                if active_count[link] == 0:
+                    del active_count[link]
+    return rates
+
+
+class FlowNetwork:
+    """Executes byte transfers as flows sharing link bandwidth inside a SimPy environment."""
+
+    def __init__(self, env: simpy.Environment, links: Sequence[LinkLike]) -> None:
+        self.env = env
+        self.capacity = [link.bandwidth for link in links]
+        self._flows: list[_Flow] = []
+        self._last_update = 0.0
+        self._version = 0
+        self.bytes_on_link = [0.0] * len(self.capacity)
+
+    def transfer(self, route: tuple[int, ...], nbytes: float) -> simpy.Event:
+        """Start moving ``nbytes`` along ``route``; the returned event fires when it arrives."""
+        done = self.env.event()
+        for link in route:
+            self.bytes_on_link[link] += nbytes
+        if nbytes <= 0 or not route:
+            done.succeed()
+            return done
+        self._advance()
+        self._flows.append(_Flow(route=route, remaining=nbytes, done=done))
+        self._reschedule()
+        return done
+
+    @property
+    def active_flows(self) -> int:
+        return len(self._flows)
+
+    def _advance(self) -> None:
+        """Charge every active flow for the bytes it moved since the last update."""
+        now = self.env.now
+        dt = now - self._last_update
+        if dt > 0:
+            for flow in self._flows:
+                flow.remaining -= flow.rate * dt
+        self._last_update = now
+
+    def _reschedule(self) -> None:
+        rates = max_min_rates([f.route for f in self._flows], self.capacity)
+        now = self.env.now
+        soonest = float("inf")
+        for flow, rate in zip(self._flows, rates, strict=True):
+            flow.rate = rate
+            flow.finish = now + max(flow.remaining, 0.0) / rate
+            soonest = min(soonest, flow.finish)
+        self._version += 1
+        if self._flows:
+            wake = self.env.timeout(max(soonest - now, 0.0))
+            version = self._version
+            wake.callbacks.append(lambda _event: self._on_wake(version))
+
+    def _on_wake(self, version: int) -> None:
+        if version != self._version:
+            return  # superseded by a later start or finish
+        self._advance()
+        now = self.env.now
+        horizon = now + abs(now) * _REL_EPS + _ABS_EPS
+        still: list[_Flow] = []
+        for flow in self._flows:
+            if flow.finish <= horizon:
+                flow.done.succeed()
+            else:
+                still.append(flow)
+        self._flows = still
+        self._reschedule()

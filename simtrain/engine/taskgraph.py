@@ -1,0 +1,175 @@
+"""The task graph: the only contract between parallel strategies and the engine.
+
+Strategies emit compute tasks (a fixed duration on one rank's stream) and communication
+tasks (a collective or point-to-point transfer over a group of ranks, on one stream of each
+member). Tasks on the same (rank, stream) run in the order they were added, like kernels
+launched on a CUDA stream; ``deps`` add cross-stream ordering. A task may only depend on
+tasks added before it, so the graph is acyclic by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Communication operations the engine can execute (see simtrain.comm for their algorithms).
+COMM_OPS = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send_recv",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommSpec:
+    """What a communication task moves: ``op`` of ``nbytes`` (nccl-tests size convention)."""
+
+    op: str
+    nbytes: float
+    algorithm: str = "auto"
+
+
+@dataclass(slots=True)
+class Task:
+    """One unit of work. Compute tasks have one rank; communication tasks a group."""
+
+    id: int
+    kind: str
+    name: str
+    ranks: tuple[int, ...]
+    stream: str
+    duration: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+    deps: tuple[int, ...] = ()
+    comm: CommSpec | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_comm(self) -> bool:
+        return self.comm is not None
+
+
+class TaskGraphError(ValueError):
+    """A task graph that cannot be executed (bad rank, unknown dependency, bad op)."""
+
+
+@dataclass
+class TaskGraph:
+    """An append-only list of tasks over ``num_ranks`` ranks."""
+
+    num_ranks: int
+    tasks: list[Task] = field(default_factory=list)
+
+    def _add(self, task: Task) -> int:
+        for rank in task.ranks:
+            if not 0 <= rank < self.num_ranks:
+                raise TaskGraphError(
+                    f"task {task.name!r} uses rank {rank}, outside 0..{self.num_ranks - 1}"
+                )
+        if len(set(task.ranks)) != len(task.ranks):
+            raise TaskGraphError(f"task {task.name!r} lists a rank twice: {task.ranks}")
+        for dep in task.deps:
+            if not 0 <= dep < task.id:
+                raise TaskGraphError(
+                    f"task {task.name!r} depends on task {dep}, which was not added before it"
+                )
+        self.tasks.append(task)
+        return task.id
+
+    def compute(
+        self,
+        rank: int,
+        name: str,
+        duration: float,
+        *,
+        kind: str = "compute",
+        stream: str = "compute",
+        deps: Iterable[int] = (),
+        flops: float = 0.0,
+        nbytes: float = 0.0,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Add a compute task of ``duration`` seconds on ``rank``; returns its id."""
+        if duration < 0:
+            raise TaskGraphError(f"task {name!r} has negative duration {duration}")
+        return self._add(
+            Task(
+                id=len(self.tasks),
+                kind=kind,
+                name=name,
+                ranks=(rank,),
+                stream=stream,
+                duration=duration,
+                flops=flops,
+                bytes=nbytes,
+                deps=tuple(deps),
+                meta=dict(meta or {}),
+            )
+        )
+
+    def collective(
+        self,
+        op: str,
+        ranks: Iterable[int],
+        nbytes: float,
+        name: str,
+        *,
+        kind: str = "comm",
+        stream: str = "comm",
+        deps: Iterable[int] = (),
+        algorithm: str = "auto",
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Add a collective ``op`` of ``nbytes`` over ``ranks`` (in ring order); returns its id."""
+        if op not in COMM_OPS:
+            raise TaskGraphError(f"unknown communication op {op!r}; known: {', '.join(COMM_OPS)}")
+        if nbytes < 0:
+            raise TaskGraphError(f"task {name!r} has negative size {nbytes}")
+        group = tuple(ranks)
+        if not group:
+            raise TaskGraphError(f"task {name!r} has an empty group")
+        return self._add(
+            Task(
+                id=len(self.tasks),
+                kind=kind,
+                name=name,
+                ranks=group,
+                stream=stream,
+                bytes=nbytes,
+                deps=tuple(deps),
+                comm=CommSpec(op=op, nbytes=nbytes, algorithm=algorithm),
+                meta=dict(meta or {}),
+            )
+        )
+
+    def send_recv(
+        self,
+        src: int,
+        dst: int,
+        nbytes: float,
+        name: str,
+        *,
+        kind: str = "comm",
+        stream: str = "comm",
+        deps: Iterable[int] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Add a point-to-point transfer; both ranks must reach it on ``stream`` (NCCL send/recv)."""
+        return self.collective(
+            "send_recv", (src, dst), nbytes, name, kind=kind, stream=stream, deps=deps,
+            algorithm="direct", meta=meta,
+        )
+
+    def streams(self) -> dict[tuple[int, str], list[Task]]:
+        """Tasks per (rank, stream) in program order."""
+        out: dict[tuple[int, str], list[Task]] = {}
+        for task in self.tasks:
+            for rank in task.ranks:
+                out.setdefault((rank, task.stream), []).append(task)
+        return out

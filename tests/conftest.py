@@ -1,0 +1,66 @@
+"""Shared fakes: tiny fabrics whose routes and costs are obvious by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass(frozen=True)
+class FakeLink:
+    bandwidth: float
+    latency: float
+
+
+class RingFabric:
+    """P GPUs on a directed ring: link i carries i -> i+1 (mod P), all with one B and alpha.
+
+    Routes follow the ring forward, so a neighbour is one link away.
+    """
+
+    def __init__(self, p: int, bandwidth: float, latency: float, gpus_per_server: int = 0):
+        self.num_gpus = p
+        self.links = [FakeLink(bandwidth, latency) for _ in range(p)]
+        self._per_server = gpus_per_server or p
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        hops = []
+        r = src
+        while r != dst:
+            hops.append(r)
+            r = (r + 1) % self.num_gpus
+        return tuple(hops)
+
+    def route_latency(self, route: tuple[int, ...]) -> float:
+        return sum(self.links[i].latency for i in route)
+
+    def server_of(self, rank: int) -> int:
+        return rank // self._per_server
+
+
+class StarFabric:
+    """P GPUs on one switch: GPU i has uplink 2i and downlink 2i+1, each B and alpha/2."""
+
+    def __init__(self, p: int, bandwidth: float, latency: float):
+        self.num_gpus = p
+        self.links = [FakeLink(bandwidth, latency / 2) for _ in range(2 * p)]
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        return () if src == dst else (2 * src, 2 * dst + 1)
+
+    def route_latency(self, route: tuple[int, ...]) -> float:
+        return sum(self.links[i].latency for i in route)
+
+    def server_of(self, rank: int) -> int:
+        return 0
+
+
+@pytest.fixture(scope="session")
+def ring_fabric():
+    return RingFabric
+
+
+@pytest.fixture(scope="session")
+def star_fabric():
+    return StarFabric

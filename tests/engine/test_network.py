@@ -1,0 +1,107 @@
+"""Flow network: max-min fairness and transfer timing, checked against hand arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simtrain.engine.network import FlowNetwork, max_min_rates
+
+
+def test_single_flow_gets_the_bottleneck_rate():
+    # Route over links of 10 and 4 B/s: the flow runs at min = 4 B/s.
+    assert max_min_rates([(0, 1)], [10.0, 4.0]) == [4.0]
+
+
+def test_two_flows_share_a_link_equally():
+    # Both flows cross link 0 (capacity 10): 5 B/s each.
+    assert max_min_rates([(0,), (0, 1)], [10.0, 100.0]) == [5.0, 5.0]
+
+
+def test_max_min_gives_leftover_to_unconstrained_flow():
+    # Flow A uses links 0 (cap 2) and 1 (cap 10); flow B uses only link 1.
+    # A is bottlenecked at 2 on link 0; B takes what is left on link 1: 10 - 2 = 8.
+    assert max_min_rates([(0, 1), (1,)], [2.0, 10.0]) == [2.0, 8.0]
+
+
+def test_empty_route_is_instant():
+    assert max_min_rates([()], [1.0]) == [float("inf")]
+
+
+def _run_transfers(capacity, flows):
+    """flows: list of (start_time, route, nbytes); returns finish times."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, [type("L", (), {"bandwidth": c})() for c in capacity])
+    finish = [None] * len(flows)
+
+    def starter(i, start, route, nbytes):
+        yield env.timeout(start)
+        yield net.transfer(route, nbytes)
+        finish[i] = env.now
+
+    for i, (start, route, nbytes) in enumerate(flows):
+        env.process(starter(i, start, route, nbytes))
+    env.run()
+    return finish
+
+
+def test_contention_halves_per_flow_bandwidth():
+    # Two 100-byte flows on one 10 B/s link, started together: 5 B/s each -> both end at 20 s.
+    assert _run_transfers([10.0], [(0, (0,), 100.0), (0, (0,), 100.0)]) == [
+        pytest.approx(20.0),
+        pytest.approx(20.0),
+    ]
+
+
+def test_rates_recomputed_when_a_flow_ends():
+    # A: 100 B, B: 50 B on a 10 B/s link. Shared at 5 B/s until B ends at t=10 (A has 50 left),
+    # then A runs alone at 10 B/s for 5 s: A ends at 15 s.
+    a, b = _run_transfers([10.0], [(0, (0,), 100.0), (0, (0,), 50.0)])
+    assert b == pytest.approx(10.0)
+    assert a == pytest.approx(15.0)
+
+
+def test_rates_recomputed_when_a_flow_starts():
+    # A (100 B) alone at 10 B/s for 4 s (40 B moved), then B (30 B) joins: 5 B/s each.
+    # B ends at 4 + 30/5 = 10 s; A has 60 - 30 = 30 B left, alone: 10 + 3 = 13 s.
+    a, b = _run_transfers([10.0], [(0, (0,), 100.0), (4, (0,), 30.0)])
+    assert b == pytest.approx(10.0)
+    assert a == pytest.approx(13.0)
+
+
+def test_disjoint_links_do_not_interact():
+    a, b = _run_transfers([10.0, 10.0], [(0, (0,), 100.0), (0, (1,), 100.0)])
+    assert a == pytest.approx(10.0) and b == pytest.approx(10.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    caps=st.lists(st.floats(1.0, 100.0), min_size=1, max_size=5),
+    picks=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3), min_size=1, max_size=6),
+)
+def test_max_min_is_feasible_and_every_flow_has_a_saturated_bottleneck(caps, picks):
+    routes = [tuple(sorted({p % len(caps) for p in pick})) for pick in picks]
+    rates = max_min_rates(routes, caps)
+    load = [0.0] * len(caps)
+    for route, rate in zip(routes, rates):
+        for link in route:
+            load[link] += rate
+    for link, cap in enumerate(caps):
+        assert load[link] <= cap * (1 + 1e-9)
+    # Max-min optimality: each flow crosses a saturated link where it has the largest rate.
+    for route, rate in zip(routes, rates):
+        assert any(
+            load[ln] >= caps[ln] * (1 - 1e-9)
+            and all(r <= rate * (1 + 1e-9) for rt, r in zip(routes, rates) if ln in rt)
+            for ln in route
+        )
+
+
+@settings(max_examples=40, deadline=None)
+@given(extra=st.floats(0.0, 100.0), nbytes=st.floats(1.0, 1e6))
+def test_more_bandwidth_is_never_slower(extra, nbytes):
+    slow = _run_transfers([10.0, 20.0], [(0, (0, 1), nbytes), (0, (1,), nbytes)])
+    fast = _run_transfers([10.0 + extra, 20.0], [(0, (0, 1), nbytes), (0, (1,), nbytes)])
+    assert max(fast) <= max(slow) * (1 + 1e-9)

@@ -1,0 +1,88 @@
+"""The SimPy executor on hand-written task graphs."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.engine.sim import SimulationDeadlock, execute
+from simtrain.engine.taskgraph import TaskGraph, TaskGraphError
+
+
+def test_tasks_on_one_stream_run_in_order(star_fabric):
+    g = TaskGraph(1)
+    g.compute(0, "a", 1.0)
+    g.compute(0, "b", 2.0)
+    tl = execute(g, star_fabric(1, 1.0, 0.0))
+    spans = {s.name: s for s in tl}
+    assert (spans["a"].start, spans["a"].end) == (0.0, 1.0)
+    assert (spans["b"].start, spans["b"].end) == (1.0, 3.0)
+
+
+def test_streams_overlap_and_deps_order_them(star_fabric):
+    # compute: a [0,1), c [1,4); comm stream: b depends on a, so [1, 1 + 2) runs beside c.
+    g = TaskGraph(1)
+    a = g.compute(0, "a", 1.0)
+    g.compute(0, "b", 2.0, stream="comm", deps=[a])
+    g.compute(0, "c", 3.0)
+    spans = {s.name: s for s in execute(g, star_fabric(1, 1.0, 0.0))}
+    assert spans["b"].start == 1.0 and spans["b"].end == 3.0
+    assert spans["c"].start == 1.0 and spans["c"].end == 4.0
+
+
+def test_collective_waits_for_the_last_rank(star_fabric):
+    # Rank 1 computes 5 s before the all-reduce; rank 0 only 1 s. The collective starts at
+    # t = 5 for both (the straggler delays the group), 1e8 B over 2 ranks at 1e9 B/s:
+    # 2(P-1)/P * n / B = 1 * 0.1 s -> ends at 5.1 s. Rank 0 waited 4 s.
+    g = TaskGraph(2)
+    a0 = g.compute(0, "fwd0", 1.0)
+    a1 = g.compute(1, "fwd1", 5.0)
+    g.collective("all_reduce", [0, 1], 1e8, "ar", deps=[a0, a1])
+    tl = execute(g, star_fabric(2, 1e9, 0.0))
+    ar = [s for s in tl if s.name == "ar"]
+    assert len(ar) == 2
+    assert all(s.start == pytest.approx(5.0) and s.end == pytest.approx(5.1) for s in ar)
+    assert next(s for s in ar if s.rank == 0).meta["waited_s"] == pytest.approx(4.0)
+
+
+def test_hang_is_diagnosed_not_silent(star_fabric):
+    # Rank 2 hangs at t = 0.5 s, after its first 1 s compute has started: it never posts the
+    # all-reduce, so ranks 0 and 1 wait in it forever. The engine must say so.
+    g = TaskGraph(3)
+    deps = [g.compute(r, "fwd", 1.0) for r in range(3)]
+    g.collective("all_reduce", range(3), 1e6, "grads", deps=deps)
+    with pytest.raises(SimulationDeadlock) as err:
+        execute(g, star_fabric(3, 1e9, 0.0), hangs={2: 0.5})
+    msg = str(err.value)
+    assert "all_reduce 'grads'" in msg
+    assert "ranks [0, 1] wait since t=1s" in msg
+    assert "rank 2" in msg
+
+
+def test_without_the_hang_the_same_graph_completes(star_fabric):
+    g = TaskGraph(3)
+    deps = [g.compute(r, "fwd", 1.0) for r in range(3)]
+    g.collective("all_reduce", range(3), 1e6, "grads", deps=deps)
+    assert execute(g, star_fabric(3, 1e9, 0.0)).end > 1.0
+
+
+def test_same_graph_twice_gives_identical_timelines(star_fabric):
+    def build():
+        g = TaskGraph(4)
+        for r in range(4):
+            g.compute(r, "f", 1.0 + r * 0.1)
+        g.collective("all_reduce", range(4), 3e7, "ar", deps=[0, 1, 2, 3])
+        g.collective("all_gather", range(4), 1e7, "ag")
+        return g
+
+    fabric = star_fabric(4, 1e9, 1e-6)
+    assert execute(build(), fabric).signature() == execute(build(), fabric).signature()
+
+
+def test_graph_rejects_bad_input():
+    g = TaskGraph(2)
+    with pytest.raises(TaskGraphError, match="rank 2"):
+        g.compute(2, "x", 1.0)
+    with pytest.raises(TaskGraphError, match="not added before"):
+        g.compute(0, "x", 1.0, deps=[5])
+    with pytest.raises(TaskGraphError, match="unknown communication op"):
+        g.collective("allreduce", [0, 1], 1.0, "x")
