@@ -1,0 +1,274 @@
+"""Self-contained HTML report: key numbers, the Gantt chart, breakdowns, summary and scenario.
+
+The document opens offline: plotly.js is inlined exactly once (with the first figure) and
+nothing references the network. Output is deterministic (fixed div ids, no timestamps), so
+the same timeline gives byte-identical HTML.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from simtrain.engine.timeline import Timeline, union_length
+from simtrain.report.gantt import (
+    DEFAULT_MAX_ROWS,
+    ServerOf,
+    all_ranks,
+    gantt_figure,
+    kind_color,
+    order_ranks,
+    ordered_kinds,
+    rank_labels,
+    representative_ranks,
+    subset_note,
+)
+from simtrain.units import fmt_bytes, fmt_seconds
+
+PLOTLY_CONFIG: dict[str, Any] = {"scrollZoom": True, "displaylogo": False}
+GANTT_DIV_ID = "gantt-chart"
+BREAKDOWN_DIV_ID = "breakdown-chart"
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
+       margin: 0 auto; max-width: 1600px; padding: 1rem 2rem; color: #1f2933;
+       background: #fafbfc; line-height: 1.4; }
+h1 { font-size: 1.6rem; margin: 0.2rem 0 0.8rem; }
+h2 { font-size: 1.2rem; margin: 1.6rem 0 0.4rem; border-bottom: 1px solid #d9e2ec; }
+h3 { font-size: 1.05rem; margin: 1.2rem 0 0.4rem; }
+.cards { display: flex; flex-wrap: wrap; gap: 0.75rem; }
+.card { background: #fff; border: 1px solid #d9e2ec; border-radius: 6px;
+        padding: 0.5rem 0.9rem; min-width: 9rem; }
+.card .label { font-size: 0.8rem; color: #52606d; text-transform: uppercase; }
+.card .value { font-size: 1.35rem; font-weight: 600; }
+.card .sub { font-size: 0.8rem; color: #52606d; }
+table.summary { border-collapse: collapse; background: #fff; font-size: 0.9rem; }
+table.summary td, table.summary th { border: 1px solid #d9e2ec; padding: 0.25rem 0.7rem;
+                                     text-align: left; }
+table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
+pre { background: #fff; border: 1px solid #d9e2ec; padding: 0.8rem; overflow-x: auto; }
+.muted { color: #52606d; font-size: 0.85rem; }
+"""
+
+
+# --- value formatting -------------------------------------------------------------------
+
+
+def fmt_count(value: float) -> str:
+    """Large counts with a decimal suffix: 1234567 -> '1.23 M'."""
+    for suffix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {suffix}"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def fmt_percent(fraction: float) -> str:
+    """A fraction as a percentage: 0.4123 -> '41.2%'."""
+    return f"{fraction * 100:.1f}%"
+
+
+def fmt_value(key: str, value: Any) -> str:
+    """Human form of one summary value, chosen by its key's unit suffix (SI inside)."""
+    leaf = key.rsplit(".", 1)[-1].lower()
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int | float | np.integer | np.floating):
+        v = float(value)
+        if leaf.endswith("_per_s") or leaf.endswith("_per_second"):
+            return f"{fmt_count(v)}/s"
+        if leaf.endswith("_s") or leaf.endswith("_seconds"):
+            return fmt_seconds(v)
+        if leaf.endswith("_bytes") or leaf == "bytes":
+            return fmt_bytes(v)
+        if leaf in ("mfu", "hfu") or leaf.endswith("_fraction") or leaf.endswith("_frac"):
+            return fmt_percent(v)
+        if isinstance(value, int | np.integer):
+            return f"{int(value):,}"
+        return f"{v:.6g}"
+    if isinstance(value, list | tuple):
+        if all(isinstance(x, str | int | float) for x in value):
+            return ", ".join(str(x) for x in value)
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def flatten(summary: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) pairs of a nested summary, in insertion order."""
+    for key, value in summary.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from flatten(value, path + ".")
+        else:
+            yield path, value
+
+
+# --- header cards -----------------------------------------------------------------------
+
+# (label, accepted summary keys, formatter). The first key present wins; absent cards skip.
+_CARDS: tuple[tuple[str, tuple[str, ...], Callable[[float], str]], ...] = (
+    ("step time", ("step_time_s", "step_s", "step_time"), fmt_seconds),
+    ("tokens/s", ("tokens_per_s", "tokens_per_second", "throughput_tokens_per_s"),
+     fmt_count),
+    ("MFU", ("mfu",), fmt_percent),
+    ("compute", ("compute_s", "compute_time_s"), fmt_seconds),
+    ("communication", ("comm_s", "communication_s", "comm_time_s"), fmt_seconds),
+    ("exposed comm", ("exposed_comm_s", "exposed_communication_s"), fmt_seconds),
+    ("GPUs", ("num_gpus", "gpus", "world_size", "num_ranks"), lambda v: f"{int(v):,}"),
+)
+_SHARE_OF_STEP = ("compute", "communication", "exposed comm")
+
+
+def _lookup(summary: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
+        value = summary.get(key)
+        if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+            value, bool
+        ):
+            return float(value)
+    return None
+
+
+def cards_html(summary: Mapping[str, Any]) -> str:
+    """The key-number cards; compute/comm cards also show their share of the step time."""
+    step = _lookup(summary, _CARDS[0][1])
+    parts: list[str] = []
+    for label, keys, fmt in _CARDS:
+        value = _lookup(summary, keys)
+        if value is None:
+            continue
+        sub = ""
+        if label in _SHARE_OF_STEP and step:
+            sub = f'<div class="sub">{fmt_percent(value / step)} of step</div>'
+        parts.append(
+            f'<div class="card"><div class="label">{html.escape(label)}</div>'
+            f'<div class="value">{html.escape(fmt(value))}</div>{sub}</div>'
+        )
+    return f'<div class="cards">{"".join(parts)}</div>'
+
+
+def summary_table_html(summary: Mapping[str, Any]) -> str:
+    """Every summary key (nested keys dotted) with its human-formatted value."""
+    rows = "".join(
+        f'<tr><th>{html.escape(key)}</th><td class="num">{html.escape(fmt_value(key, value))}'
+        "</td></tr>"
+        for key, value in flatten(summary)
+    )
+    return f'<table class="summary"><tbody>{rows}</tbody></table>'
+
+
+# --- breakdown chart --------------------------------------------------------------------
+
+
+def busy_time_figure(
+    timeline: Timeline,
+    *,
+    server_of: ServerOf | None = None,
+    max_ranks: int = DEFAULT_MAX_ROWS,
+) -> go.Figure:
+    """Stacked horizontal bars: per rank, busy time (ms) of each span kind.
+
+    Busy time of a kind is the union of its spans on that rank, so concurrent spans of one
+    kind (e.g. two comm streams) count once. Above ``max_ranks`` ranks a representative
+    subset is shown, as in the Gantt chart.
+    """
+    intervals: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for s in timeline.spans:
+        intervals.setdefault((s.rank, s.kind), []).append((s.start, s.end))
+    ordered = order_ranks({rank for rank, _ in intervals}, server_of)
+    shown = representative_ranks(ordered, max_ranks) if ordered else []
+    labels = rank_labels(all_ranks(timeline), server_of)
+    y = np.array([labels[r] for r in shown], dtype=object)
+
+    fig = go.Figure()
+    for kind in ordered_kinds(k for _, k in intervals):
+        busy = [union_length(intervals.get((r, kind), ())) * 1e3 for r in shown]
+        fig.add_trace(
+            go.Bar(
+                name=kind,
+                y=y,
+                x=np.array(busy, dtype=float),
+                orientation="h",
+                marker={"color": kind_color(kind)},
+                hovertemplate=f"%{{y}}<br>{html.escape(kind)}: %{{x:.3f}} ms<extra></extra>",
+            )
+        )
+    title = "Busy time by kind per rank"
+    if len(shown) < len(ordered):
+        title += f" — {subset_note(len(shown), len(ordered))}"
+    fig.update_layout(
+        title={"text": title},
+        template="plotly_white",
+        barmode="stack",
+        height=max(300, 20 * len(shown) + 160),
+        margin={"l": 10, "r": 10, "t": 60, "b": 50},
+        legend={"title": {"text": "kind"}},
+        xaxis={"title": {"text": "busy time (ms)"}},
+        yaxis={"type": "category", "autorange": "reversed", "automargin": True},
+    )
+    return fig
+
+
+# --- document ---------------------------------------------------------------------------
+
+
+def render_report(
+    summary: dict[str, Any],
+    timeline: Timeline,
+    *,
+    title: str,
+    scenario_yaml: str | None = None,
+    server_of: ServerOf | None = None,
+    max_rows: int = DEFAULT_MAX_ROWS,
+) -> str:
+    """One self-contained HTML document (plotly.js inline once, no network references).
+
+    Sections in order: header with key-number cards, Gantt chart, breakdowns (busy time by
+    kind per rank, summary table), and the scenario YAML when given.
+    """
+    gantt = gantt_figure(timeline, server_of=server_of, max_rows=max_rows)
+    breakdown = busy_time_figure(timeline, server_of=server_of, max_ranks=max_rows)
+    gantt_div = gantt.to_html(
+        full_html=False, include_plotlyjs=True, config=PLOTLY_CONFIG, div_id=GANTT_DIV_ID
+    )
+    breakdown_div = breakdown.to_html(
+        full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG, div_id=BREAKDOWN_DIV_ID
+    )
+    esc_title = html.escape(title)
+    n_ranks = len({s.rank for s in timeline.spans})
+    facts = (
+        f"{len(timeline):,} spans on {n_ranks:,} ranks · timeline ends at "
+        f"{fmt_seconds(timeline.end)} · drag to zoom, scroll to zoom, double-click to reset, "
+        "click legend entries to toggle kinds"
+    )
+    scenario = ""
+    if scenario_yaml is not None:
+        scenario = (
+            '<section id="scenario"><h2>Scenario</h2><details><summary>scenario YAML</summary>'
+            f"<pre>{html.escape(scenario_yaml)}</pre></details></section>"
+        )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc_title}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f'<header><h1>{esc_title}</h1>{cards_html(summary)}'
+        f'<p class="muted">{html.escape(facts)}</p></header>\n'
+        f'<section id="gantt"><h2>Timeline</h2>\n{gantt_div}\n</section>\n'
+        f'<section id="breakdown"><h2>Breakdown</h2>\n{breakdown_div}\n'
+        f"<h3>Summary</h3>\n{summary_table_html(summary)}\n</section>\n"
+        f"{scenario}\n</body>\n</html>\n"
+    )
+
+
+def write_report(path: Path | str, html: str) -> Path:
+    """Write ``html`` to ``path`` as UTF-8, creating parent directories; return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    return out

@@ -1,0 +1,145 @@
+"""Gantt figure: traces per kind, bar geometry in ms, hover data, row order, rank subsets."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.engine.timeline import Span, Timeline
+from simtrain.report.gantt import (
+    KIND_COLORS,
+    gantt_figure,
+    rank_labels,
+    representative_ranks,
+)
+
+
+def _timeline() -> Timeline:
+    tl = Timeline(num_ranks=2)
+    tl.add(Span(0, "compute", "forward", "fwd L0", 0.0, 0.002, flops=3e12))
+    tl.add(Span(1, "compute", "forward", "fwd L0", 0.0, 0.0025, flops=3e12))
+    tl.add(Span(0, "tp", "tp_comm", "allreduce <L0>", 0.002, 0.003, bytes=2**20,
+                meta={"algorithm": "ring", "group_size": 8}))
+    tl.add(Span(0, "compute", "backward", "bwd L0", 0.003, 0.007, flops=6e12))
+    tl.add(Span(1, "dp", "dp_comm", "bucket 0", 0.004, 0.009, bytes=25 * 2**20))
+    return tl
+
+
+def test_one_trace_per_kind_and_one_bar_per_span() -> None:
+    tl = _timeline()
+    fig = gantt_figure(tl, title="t")
+    names = [tr.name for tr in fig.data]
+    assert names == ["forward", "backward", "dp_comm", "tp_comm"]  # palette order
+    assert len(set(names)) == len(names)
+    assert sum(len(tr.x) for tr in fig.data) == len(tl)
+    for tr in fig.data:
+        assert tr.orientation == "h"
+        assert tr.marker.color == KIND_COLORS[tr.name]
+
+
+def test_bar_base_and_length_are_start_and_duration_in_ms() -> None:
+    fig = gantt_figure(_timeline())
+    bwd = next(tr for tr in fig.data if tr.name == "backward")
+    assert list(bwd.base) == pytest.approx([3.0])
+    assert list(bwd.x) == pytest.approx([4.0])
+    dp = next(tr for tr in fig.data if tr.name == "dp_comm")
+    assert list(dp.base) == pytest.approx([4.0])
+    assert list(dp.x) == pytest.approx([5.0])
+    assert "ms" in fig.layout.xaxis.title.text
+
+
+def test_hover_customdata_has_bytes_flops_and_meta() -> None:
+    fig = gantt_figure(_timeline())
+    tp = next(tr for tr in fig.data if tr.name == "tp_comm")
+    row = " ".join(str(c) for c in tp.customdata[0])
+    assert "allreduce &lt;L0&gt;" in row  # names are escaped for plotly's pseudo-HTML
+    assert "1.0 MiB" in row
+    assert "algorithm: ring" in row
+    assert "group size: 8" in row
+    assert "1.00 ms" in row  # duration in human units
+    assert "FLOP" not in row  # no flops on a comm span
+    fwd = next(tr for tr in fig.data if tr.name == "forward")
+    assert "3.00 TFLOP" in " ".join(fwd.customdata[0])
+    assert "bytes" not in " ".join(fwd.customdata[0])
+    assert "customdata[6]" in tp.hovertemplate
+
+
+def test_row_labels_and_order_rank0_compute_on_top() -> None:
+    fig = gantt_figure(_timeline())
+    rows = list(fig.layout.yaxis.categoryarray)
+    assert rows == [
+        "node0/gpu0 · compute",
+        "node0/gpu0 · tp",
+        "node0/gpu1 · compute",
+        "node0/gpu1 · dp",
+    ]
+    assert fig.layout.yaxis.autorange == "reversed"
+    fwd = next(tr for tr in fig.data if tr.name == "forward")
+    assert list(fwd.y) == ["node0/gpu0 · compute", "node0/gpu1 · compute"]
+
+
+def test_server_of_groups_ranks_by_node() -> None:
+    tl = Timeline(num_ranks=4)
+    for r in range(4):
+        tl.add(Span(r, "compute", "forward", "f", 0.0, 1e-3))
+    # Ranks interleaved across two nodes: 0,2 on node 0 and 1,3 on node 1.
+    fig = gantt_figure(tl, server_of=lambda r: r % 2)
+    assert list(fig.layout.yaxis.categoryarray) == [
+        "node0/gpu0 · compute",
+        "node0/gpu1 · compute",
+        "node1/gpu0 · compute",
+        "node1/gpu1 · compute",
+    ]
+    assert rank_labels(range(16))[11] == "node1/gpu3"
+
+
+def test_ranks_argument_filters() -> None:
+    fig = gantt_figure(_timeline(), ranks=[1])
+    assert all(label.startswith("node0/gpu1") for label in fig.layout.yaxis.categoryarray)
+    assert sum(len(tr.x) for tr in fig.data) == 2
+
+
+def test_subset_when_rows_exceed_max_rows() -> None:
+    tl = Timeline(num_ranks=100)
+    for r in range(100):
+        tl.add(Span(r, "compute", "forward", "f", 0.0, 1e-3))
+        tl.add(Span(r, "dp", "dp_comm", "ar", 1e-3, 2e-3, bytes=1.0))
+    fig = gantt_figure(tl, title="big", max_rows=20)
+    rows = list(fig.layout.yaxis.categoryarray)
+    assert len(rows) <= 20
+    assert rows[0] == "node0/gpu0 · compute"
+    assert rows[-1] == "node12/gpu3 · dp"  # rank 99
+    assert "showing 10 of 100 ranks" in fig.layout.title.text
+    assert fig.layout.title.text.startswith("big")
+    shown = {label for tr in fig.data for label in tr.y}
+    assert shown == set(rows)
+
+
+def test_no_subset_note_when_everything_fits() -> None:
+    fig = gantt_figure(_timeline(), title="small")
+    assert fig.layout.title.text == "small"
+
+
+def test_representative_ranks() -> None:
+    ranks = list(range(1000))
+    picked = representative_ranks(ranks, 64)
+    assert len(picked) == 64
+    assert picked[0] == 0 and picked[-1] == 999
+    assert picked == sorted(set(picked))
+    assert representative_ranks([3, 1, 2], 5) == [3, 1, 2]
+    assert representative_ranks(ranks, 2) == [0, 999]
+    with pytest.raises(ValueError):
+        representative_ranks(ranks, 0)
+
+
+def test_height_scales_with_rows() -> None:
+    small = gantt_figure(_timeline())
+    assert small.layout.height >= 300
+    tl = Timeline(num_ranks=40)
+    for r in range(40):
+        tl.add(Span(r, "compute", "forward", "f", 0.0, 1e-3))
+    assert gantt_figure(tl).layout.height > small.layout.height
+
+
+def test_empty_timeline() -> None:
+    fig = gantt_figure(Timeline(num_ranks=0))
+    assert len(fig.data) == 0
