@@ -1,0 +1,403 @@
+"""The cluster as data: configuration (presets, overrides, custom graphs) and routed links.
+
+``ClusterConfig`` is the scenario's ``cluster:`` section. ``build_cluster`` turns it into a
+``Cluster``: a networkx DiGraph whose edges are directed ``Link``s (bytes/s per direction,
+seconds of latency), plus deterministic, cached GPU-to-GPU routes the engine's flow model
+uses. Graphs (preset shapes and ``custom:`` ones) are built in ``fabric.py``.
+
+Default latencies (per link; a route's latency is the sum over its links):
+- nvlink 0.3 us: GPU->NVSwitch->GPU is 0.6 us, NCCL's NVLink hw latency per ring step
+  (LL protocol, src/graph/tuning.cc, reference/nccl.yaml hw_latency_us.nvlink.ring[0]).
+- pcie 0.5 us: GPU->PCIe switch->GPU is 1.0 us, NCCL's PCI hw latency (ring/tree LL).
+- nic 1.0 us per NIC<->leaf link (NIC processing, cable, leaf forwarding): a same-leaf
+  GPU->GPU route is 0.5+1+1+0.5 = 3.0 us, close to NCCL's 2.7 us net ring LL latency.
+- switch 0.2 us per leaf<->spine link: InfiniBand switch port-to-port latency is of order
+  100-200 ns (general knowledge, NVIDIA Quantum switch briefs), not from the reference.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Callable
+from itertools import pairwise
+from typing import Any, Literal
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simtrain.hardware.fabric import NODE_KINDS, FabricLayout, Link, build_custom_graph
+from simtrain.hardware.gpus import GPUSpec, get_gpu
+from simtrain.units import Bandwidth, Seconds
+
+__all__ = [
+    "CLUSTER_PRESETS",
+    "NODE_KINDS",
+    "Cluster",
+    "ClusterConfig",
+    "CustomLink",
+    "CustomTopology",
+    "Link",
+    "build_cluster",
+]
+
+# Leaf switches are taken as 64-port (NVIDIA Quantum-2 QM9700: 64 NDR ports), half down and
+# half up, so 32 NIC ports per leaf; a DGX SuperPOD scalable unit is 32 servers (general
+# knowledge). Rail-optimized: 32 servers per rail leaf; fat tree: 32 // nics servers.
+LEAF_DOWN_PORTS = 32
+
+# Preset dicts hold ClusterConfig fields in YAML spelling. They never pin GPU-derived numbers
+# (NVLink/PCIe rates), so overriding ``gpu`` keeps the rest consistent.
+CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
+    # DGX A100: 8x A100 80GB on NVSwitch, 8x HDR 200 Gb/s NICs, one per GPU
+    # (NVIDIA/nccl#812, "DGX-A100 8x200Gbit/s IB"; reference/hardware.yaml HDR row).
+    "dgx-a100": {"gpu": "a100-80gb", "gpus_per_node": 8, "intra_node": "nvswitch",
+                 "nics_per_node": 8, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
+    # DGX/HGX H100: 8x H100 SXM, NVLink4 via 4 NVSwitches (astra-sim HGX-H100 page), 8x CX-7
+    # NDR 400 Gb/s, one per GPU (reference/hardware.yaml NDR row, nccl-tests#267).
+    "dgx-h100": {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
+                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
+    "hgx-h100": {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
+                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
+    # DGX H200: same box as DGX H100 with H200s (8x CX-7 400G; general knowledge).
+    "dgx-h200": {"gpu": "h200-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
+                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
+    # DGX B200: 8x B200 on NVLink5 (NV18, vultr HGX B200 doc), 8x 400G NICs (general knowledge).
+    "dgx-b200": {"gpu": "b200", "gpus_per_node": 8, "intra_node": "nvswitch",
+                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
+    # DGX-2: 16x V100 32GB on NVSwitch, 8x EDR 100 Gb/s NICs, two GPUs per NIC (NVIDIA DGX-2
+    # datasheet; the Megatron-LM 2020 calibration system, reference/calibration.yaml).
+    "dgx-2": {"gpu": "v100-32gb", "gpus_per_node": 16, "intra_node": "nvswitch",
+              "nics_per_node": 8, "nic_bandwidth": "100Gbps", "fabric": "rail-optimized"},
+    # Generic PCIe server: 8 GPUs behind 4 PCIe Gen4 switches (2 each), two CPU sockets, one
+    # shared 200G NIC. Socket link 16 GB/s is NCCL's AMD_BW (topo.h, reference/nccl.yaml).
+    "pcie-a100": {"gpu": "a100-80gb-pcie", "gpus_per_node": 8, "intra_node": "pcie",
+                  "pcie_switches_per_node": 4, "cpu_link_bandwidth": "16GB/s",
+                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
+    # Same with H100 PCIe on Gen5; socket link 22 GB/s is NCCL's SRP_QPI_BW (Sapphire Rapids).
+    "pcie-h100": {"gpu": "h100-pcie", "gpus_per_node": 8, "intra_node": "pcie",
+                  "pcie_switches_per_node": 4, "cpu_link_bandwidth": "22GB/s",
+                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
+}
+
+
+class CustomLink(BaseModel):
+    """One user-described link; bidirectional links get the bandwidth in each direction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    a: str
+    b: str
+    kind: Literal["nvlink", "pcie", "ib", "ethernet", "qpi"]
+    bandwidth: Bandwidth
+    latency: Seconds = 0.0
+    bidirectional: bool = True
+
+
+class CustomTopology(BaseModel):
+    """A user-written graph: GPUs (rank i = gpus[i]), switches, and the links between them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    gpus: list[str]
+    nodes_of: dict[str, int] | None = None
+    switches: list[str] = Field(default_factory=list)
+    links: list[CustomLink]
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        return get_gpu(value).name
+
+    @model_validator(mode="after")
+    def _check_graph(self) -> CustomTopology:
+        if not self.gpus:
+            raise ValueError("custom topology lists no gpus; add e.g. gpus: [g0, g1]")
+        names = self.gpus + self.switches
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ValueError(f"custom topology node {name!r} is listed twice; names "
+                                 "must be unique across gpus and switches")
+            seen.add(name)
+        for gpu_name, server in (self.nodes_of or {}).items():
+            if gpu_name not in self.gpus:
+                raise ValueError(f"nodes_of names {gpu_name!r}, which is not in gpus "
+                                 f"{self.gpus}; fix the name or add it to gpus")
+            if server < 0:
+                raise ValueError(f"nodes_of[{gpu_name!r}] = {server} must be >= 0")
+        pairs: set[tuple[str, str]] = set()
+        for i, link in enumerate(self.links):
+            for end in (link.a, link.b):
+                if end not in seen:
+                    raise ValueError(f"links[{i}] names unknown node {end!r}; declare it "
+                                     "under gpus or switches")
+            if link.a == link.b:
+                raise ValueError(f"links[{i}] connects {link.a!r} to itself; remove it")
+            dirs = [(link.a, link.b), (link.b, link.a)] if link.bidirectional else [
+                (link.a, link.b)]
+            for d in dirs:
+                if d in pairs:
+                    raise ValueError(f"links[{i}] duplicates link {d[0]!r}->{d[1]!r}; "
+                                     "merge them into one link with the summed bandwidth")
+                pairs.add(d)
+        graph = nx.DiGraph(list(pairs))
+        graph.add_nodes_from(names)
+        root = self.gpus[0]
+        forward, backward = nx.descendants(graph, root), nx.ancestors(graph, root)
+        for name in self.gpus[1:]:
+            if name not in forward or name not in backward:
+                way = f"{root!r} -> {name!r}" if name not in forward else f"{name!r} -> {root!r}"
+                raise ValueError(f"custom topology: no path {way}; every GPU must reach every "
+                                 "other GPU, add links (or make them bidirectional)")
+        return self
+
+
+class ClusterConfig(BaseModel):
+    """The scenario's ``cluster:`` section: a preset merged with user overrides.
+
+    ``None`` means "derived": NVLink/PCIe bandwidth from the GPU's line rate, one NIC per GPU,
+    and ``nodes_per_leaf`` from a 64-port leaf (see LEAF_DOWN_PORTS). Naming ``preset`` merges
+    that preset under the given fields here too, so ``ClusterConfig(preset="dgx-h100",
+    nodes=4)`` works on its own. With ``custom`` the graph comes from the user and the
+    shape fields (nodes, gpus_per_node, NICs, fabric) are ignored.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str | None = None
+    gpu: str | None = None
+    nodes: int = 1
+    gpus_per_node: int = 8
+    intra_node: Literal["nvswitch", "pcie"] = "nvswitch"
+    nvlink_bandwidth: Bandwidth | None = None
+    nvlink_latency: Seconds = 0.3e-6
+    pcie_bandwidth: Bandwidth | None = None
+    pcie_latency: Seconds = 0.5e-6
+    pcie_switches_per_node: int = 4
+    # Socket-to-socket default 22 GB/s: NCCL's SRP_QPI_BW (topo.h, reference/nccl.yaml).
+    cpu_link_bandwidth: Bandwidth = 22e9
+    nics_per_node: int | None = None
+    # One NDR 400 Gb/s port (reference/hardware.yaml), the current common NIC.
+    nic_bandwidth: Bandwidth = 50e9
+    nic_latency: Seconds = 1.0e-6
+    fabric: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
+    oversubscription: float = 1.0
+    nodes_per_leaf: int | None = None
+    switch_latency: Seconds = 0.2e-6
+    custom: CustomTopology | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        name = str(data["preset"]).strip().lower()
+        if name not in CLUSTER_PRESETS:
+            raise ValueError(f"unknown cluster preset {data['preset']!r}; use one of: "
+                             f"{', '.join(CLUSTER_PRESETS)}")
+        return {**CLUSTER_PRESETS[name], **data, "preset": name}
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        return None if value is None else get_gpu(value).name
+
+    @field_validator("nodes", "gpus_per_node", "pcie_switches_per_node", "nodes_per_leaf")
+    @classmethod
+    def _at_least_one(cls, value: int | None, info: Any) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {value!r}")
+        return value
+
+    @field_validator("oversubscription")
+    @classmethod
+    def _oversub(cls, value: float) -> float:
+        if not value >= 1.0:
+            raise ValueError(f"oversubscription must be >= 1 (1 = non-blocking, 2 = half the "
+                             f"uplink capacity), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterConfig:
+        if self.custom is not None:
+            if self.gpu is not None and self.gpu != self.custom.gpu:
+                raise ValueError(f"cluster gpu {self.gpu!r} differs from custom.gpu "
+                                 f"{self.custom.gpu!r}; set only one of them")
+            self.gpu = self.custom.gpu
+            return self
+        if self.gpu is None:
+            raise ValueError("cluster has no gpu; set e.g. gpu: h100-sxm, or a preset such as "
+                             f"preset: dgx-h100 (presets: {', '.join(CLUSTER_PRESETS)})")
+        if self.nics_per_node is not None and self.nics_per_node < 0:
+            raise ValueError(f"nics_per_node must be >= 0, got {self.nics_per_node!r}")
+        if self.nodes > 1 and self.nics_per_node == 0:
+            raise ValueError(f"nics_per_node is 0 but nodes is {self.nodes}; servers need "
+                             "at least one NIC to talk to each other")
+        if self.intra_node == "nvswitch" and self.effective_nvlink_bandwidth <= 0:
+            raise ValueError(f"gpu {self.gpu!r} has no NVLink, so intra_node 'nvswitch' "
+                             "cannot work; set intra_node: pcie (or give nvlink_bandwidth)")
+        return self
+
+    # ---- derived values (kept out of the stored fields so overrides stay consistent) ----
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        """Catalogue entry of the cluster's GPU."""
+        return get_gpu(self.custom.gpu if self.custom else str(self.gpu))
+
+    @property
+    def effective_nvlink_bandwidth(self) -> float:
+        if self.nvlink_bandwidth is not None:
+            return self.nvlink_bandwidth
+        return self.gpu_spec.nvlink_bandwidth
+
+    @property
+    def effective_pcie_bandwidth(self) -> float:
+        if self.pcie_bandwidth is not None:
+            return self.pcie_bandwidth
+        return self.gpu_spec.pcie_bandwidth
+
+    @property
+    def effective_nics_per_node(self) -> int:
+        return self.gpus_per_node if self.nics_per_node is None else self.nics_per_node
+
+    @property
+    def effective_nodes_per_leaf(self) -> int:
+        if self.nodes_per_leaf is not None:
+            return self.nodes_per_leaf
+        if self.fabric == "rail-optimized":
+            return LEAF_DOWN_PORTS
+        return max(1, LEAF_DOWN_PORTS // max(1, self.effective_nics_per_node))
+
+    def layout(self) -> FabricLayout:
+        """Resolved numbers for the preset-shaped builder."""
+        return FabricLayout(
+            servers=self.nodes, gpus_per_node=self.gpus_per_node, intra_node=self.intra_node,
+            nvlink_bandwidth=self.effective_nvlink_bandwidth, nvlink_latency=self.nvlink_latency,
+            pcie_bandwidth=self.effective_pcie_bandwidth, pcie_latency=self.pcie_latency,
+            pcie_switches=self.pcie_switches_per_node,
+            cpu_link_bandwidth=self.cpu_link_bandwidth,
+            nics_per_node=self.effective_nics_per_node, nic_bandwidth=self.nic_bandwidth,
+            nic_latency=self.nic_latency, fabric=self.fabric,
+            oversubscription=self.oversubscription,
+            nodes_per_leaf=self.effective_nodes_per_leaf, switch_latency=self.switch_latency,
+        )
+
+
+class Cluster:
+    """A built topology: the link graph, rank placement and cached GPU-to-GPU routes."""
+
+    def __init__(
+        self,
+        *,
+        config: ClusterConfig,
+        gpu_spec: GPUSpec,
+        graph: nx.DiGraph,
+        links: list[Link],
+        gpus: list[str],
+        servers: list[int],
+        path_fn: Callable[[int, int], list[str]],
+    ) -> None:
+        self.config = config
+        self.gpu_spec = gpu_spec
+        self.graph = graph
+        self.links = links
+        self.gpus = gpus
+        self.num_gpus = len(gpus)
+        self._servers = servers
+        per_server = Counter(servers)
+        self.num_servers = len(per_server)
+        self.gpus_per_server = max(per_server.values())
+        self._path_fn = path_fn
+        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def _check_rank(self, rank: int) -> int:
+        try:
+            index = operator.index(rank)  # accepts numpy integers, rejects floats
+        except TypeError:
+            index = -1
+        if isinstance(rank, bool) or not 0 <= index < self.num_gpus:
+            raise ValueError(f"rank {rank!r} is not a GPU of this cluster; ranks are "
+                             f"0..{self.num_gpus - 1}")
+        return index
+
+    def server_of(self, rank: int) -> int:
+        """Server (node) index that GPU ``rank`` sits in."""
+        return self._servers[self._check_rank(rank)]
+
+    def path(self, src_rank: int, dst_rank: int) -> list[str]:
+        """Node names along the route (for display and debugging)."""
+        route = self.route(src_rank, dst_rank)
+        if not route:
+            return [self.gpus[src_rank]]
+        return [self.links[route[0]].src] + [self.links[i].dst for i in route]
+
+    def route(self, src_rank: int, dst_rank: int) -> tuple[int, ...]:
+        """Link ids from ``src_rank`` to ``dst_rank``; () for the same rank. Cached per pair."""
+        cached = self._routes.get((src_rank, dst_rank))
+        if cached is not None:
+            return cached
+        src_rank, dst_rank = self._check_rank(src_rank), self._check_rank(dst_rank)
+        key = (src_rank, dst_rank)
+        if src_rank == dst_rank:
+            route: tuple[int, ...] = ()
+        else:
+            succ = self.graph.succ
+            nodes = self._path_fn(src_rank, dst_rank)
+            route = tuple(succ[u][v]["id"] for u, v in pairwise(nodes))
+        self._routes[key] = route
+        return route
+
+    def route_latency(self, route: tuple[int, ...]) -> float:
+        """Sum of link latencies along ``route`` (seconds)."""
+        return sum(self.links[i].latency for i in route)
+
+    def route_bandwidth(self, route: tuple[int, ...]) -> float:
+        """Bottleneck (minimum) link bandwidth along ``route``; inf for an empty route."""
+        return min((self.links[i].bandwidth for i in route), default=float("inf"))
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One row per link class (kind, endpoint kinds, bandwidth, latency) with counts."""
+        kinds = self.graph.nodes
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        pairs: dict[tuple[Any, ...], set[tuple[str, str]]] = {}
+        for lk in self.links:
+            ends = sorted((kinds[lk.src]["kind"], kinds[lk.dst]["kind"]))
+            key = (lk.kind, *ends, lk.bandwidth, lk.latency)
+            if key not in rows:
+                rows[key] = {"kind": lk.kind, "between": f"{ends[0]}-{ends[1]}",
+                             "bandwidth": lk.bandwidth, "latency": lk.latency,
+                             "count": 0, "directed": 0}
+                pairs[key] = set()
+            rows[key]["directed"] += 1
+            pairs[key].add((min(lk.src, lk.dst), max(lk.src, lk.dst)))
+        for key, row in rows.items():
+            row["count"] = len(pairs[key])
+        return list(rows.values())
+
+
+def build_cluster(cfg: ClusterConfig) -> Cluster:
+    """Build the topology graph and routing for ``cfg`` (preset shape or custom graph)."""
+    if cfg.custom is not None:
+        custom = cfg.custom
+        builder = build_custom_graph(custom)
+        graph, gpus = builder.graph, list(custom.gpus)
+
+        def custom_path(src: int, dst: int) -> list[str]:
+            # Hop-count shortest path; BFS follows link insertion order, so deterministic.
+            path: list[str] = nx.shortest_path(graph, gpus[src], gpus[dst])
+            return path
+
+        servers = [graph.nodes[name]["server"] for name in gpus]
+        return Cluster(config=cfg, gpu_spec=cfg.gpu_spec, graph=graph, links=builder.links,
+                       gpus=gpus, servers=servers, path_fn=custom_path)
+    layout = cfg.layout()
+    builder = layout.build()
+    gpn = cfg.gpus_per_node
+    return Cluster(
+        config=cfg, gpu_spec=cfg.gpu_spec, graph=builder.graph, links=builder.links,
+        gpus=[layout.gpu(s, g) for s in range(cfg.nodes) for g in range(gpn)],
+        servers=[s for s in range(cfg.nodes) for _ in range(gpn)],
+        path_fn=layout.path,
+    )

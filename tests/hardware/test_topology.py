@@ -1,0 +1,261 @@
+"""Cluster topology: shapes, link counts, routes, latencies, custom graphs, errors, speed."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from simtrain.hardware.topology import (
+    CLUSTER_PRESETS,
+    Cluster,
+    ClusterConfig,
+    build_cluster,
+)
+
+
+def cluster(**fields: Any) -> Cluster:
+    return build_cluster(ClusterConfig(**fields))
+
+
+def kinds(c: Cluster, src: int, dst: int) -> list[str]:
+    return [c.links[i].kind for i in c.route(src, dst)]
+
+
+def test_presets_all_build() -> None:
+    assert set(CLUSTER_PRESETS) == {"dgx-a100", "dgx-h100", "hgx-h100", "dgx-h200", "dgx-b200",
+                                    "dgx-2", "pcie-a100", "pcie-h100"}
+    for name in CLUSTER_PRESETS:
+        c = cluster(preset=name, nodes=2)
+        assert c.num_servers == 2
+        assert c.num_gpus == 2 * c.gpus_per_server
+        assert c.route(0, c.num_gpus - 1)
+
+
+def test_preset_merge_and_user_override() -> None:
+    cfg = ClusterConfig.model_validate(
+        {"preset": "DGX-H100", "nodes": 4, "nic_bandwidth": "200Gbps"}
+    )
+    assert cfg.gpu == "h100-sxm" and cfg.preset == "dgx-h100"
+    assert cfg.nic_bandwidth == pytest.approx(25e9)  # 200 Gb/s / 8
+    # A merged dict (as the scenario loader produces) validates to the same config.
+    merged = {**CLUSTER_PRESETS["dgx-h100"], "nodes": 4, "nic_bandwidth": "200Gbps"}
+    assert ClusterConfig(**merged).layout() == cfg.layout()
+
+
+def test_dgx_a100_two_nodes_link_counts() -> None:
+    c = cluster(preset="dgx-a100", nodes=2)
+    # Per server: 8 GPU-NVSwitch + 8 GPU-NIC + 8 NIC-leaf undirected links = 24, x2 directions
+    # = 48; two servers = 96. Leaves: 8 rails x 1 unit; each leaf has 2 NIC ports down, so
+    # ceil(2 / 1.0) = 2 spines, 8 x 2 leaf-spine links x 2 directions = 32. Total 128.
+    assert len(c.links) == 128
+    assert [lk.id for lk in c.links] == list(range(128))
+    # Nodes: 2 x (8 GPUs + 1 NVSwitch + 8 NICs) + 8 leaves + 2 spines = 44.
+    assert c.graph.number_of_nodes() == 44
+    rows = {r["between"]: r for r in c.describe()}
+    assert rows["gpu-nvswitch"]["count"] == 16 and rows["gpu-nvswitch"]["directed"] == 32
+    assert rows["leaf-spine"]["count"] == 16
+    assert rows["leaf-nic"]["bandwidth"] == pytest.approx(25e9)  # HDR 200 Gb/s
+    # Every edge carries the four attributes, and edge ids index the link list.
+    for u, v, data in c.graph.edges(data=True):
+        lk = c.links[data["id"]]
+        assert (lk.src, lk.dst, lk.kind, lk.bandwidth) == (u, v, data["kind"], data["bandwidth"])
+    gpu = c.graph.nodes[c.gpus[9]]
+    assert (gpu["kind"], gpu["rank"], gpu["server"]) == ("gpu", 9, 1)
+
+
+def test_intra_server_route_on_dgx_h100_is_two_nvlinks() -> None:
+    c = cluster(preset="dgx-h100", nodes=2)
+    route = c.route(0, 5)
+    assert kinds(c, 0, 5) == ["nvlink", "nvlink"]
+    assert c.graph.nodes[c.links[route[0]].dst]["kind"] == "nvswitch"
+    assert c.route_bandwidth(route) == pytest.approx(450e9)
+    # 2 links x 0.3 us default NVLink latency = 0.6 us.
+    assert c.route_latency(route) == pytest.approx(0.6e-6)
+    assert c.route(3, 3) == ()
+    assert c.route_latency(()) == 0.0
+
+
+def test_inter_server_same_rail_stays_under_one_leaf() -> None:
+    c = cluster(preset="dgx-h100", nodes=2)
+    # Rank 0 (server 0, GPU 0) -> rank 8 (server 1, GPU 0): both on rail 0.
+    assert kinds(c, 0, 8) == ["pcie", "ib", "ib", "pcie"]
+    node_kinds = [c.graph.nodes[n]["kind"] for n in c.path(0, 8)]
+    assert node_kinds == ["gpu", "nic", "leaf", "nic", "gpu"]
+    # Latency: pcie 0.5 + nic 1.0 + nic 1.0 + pcie 0.5 = 3.0 us; bottleneck NDR 50 GB/s.
+    route = c.route(0, 8)
+    assert c.route_latency(route) == pytest.approx(3.0e-6)
+    assert c.route_bandwidth(route) == pytest.approx(50e9)
+
+
+def test_cross_rail_passes_a_spine() -> None:
+    c = cluster(preset="dgx-h100", nodes=2)
+    # Rank 0 (rail 0) -> rank 9 (server 1, GPU 1, rail 1): leaf0 -> spine -> leaf1.
+    assert kinds(c, 0, 9) == ["pcie", "ib", "ib", "ib", "ib", "pcie"]
+    node_kinds = [c.graph.nodes[n]["kind"] for n in c.path(0, 9)]
+    assert node_kinds == ["gpu", "nic", "leaf", "spine", "leaf", "nic", "gpu"]
+    # 3.0 us + 2 leaf-spine hops x 0.2 us = 3.4 us.
+    assert c.route_latency(c.route(0, 9)) == pytest.approx(3.4e-6)
+    # Spine chosen by (src + dst) % n_spines: 2 spines, (0 + 9) % 2 = 1; symmetric.
+    assert c.path(0, 9)[3] == "spine1"
+    assert c.path(9, 0)[3] == "spine1"
+
+
+def test_rail_units_beyond_nodes_per_leaf_use_a_spine() -> None:
+    c = cluster(preset="dgx-h100", nodes=4, nodes_per_leaf=2)
+    # Servers 0 and 1 share unit 0; server 2 is in unit 1, so same rail still crosses a spine.
+    assert kinds(c, 0, 8) == ["pcie", "ib", "ib", "pcie"]
+    assert "spine" in {c.graph.nodes[n]["kind"] for n in c.path(0, 16)}
+
+
+def test_dgx2_two_gpus_share_a_nic() -> None:
+    c = cluster(preset="dgx-2", nodes=2)
+    assert c.gpus_per_server == 16 and c.gpu_spec.name == "v100-32gb"
+    # GPUs 2 and 3 of server 0 both go out through NIC 1 (k = g * 8 // 16).
+    assert c.path(2, 16)[1] == c.path(3, 16)[1] == "n0.nic1"
+    assert c.route_bandwidth(c.route(2, 18)) == pytest.approx(12.5e9)  # EDR 100 Gb/s
+
+
+def test_pcie_box_routes() -> None:
+    c = cluster(preset="pcie-a100", nodes=2)
+    # 8 GPUs over 4 switches (2 each), switches 0-1 on socket 0, 2-3 on socket 1.
+    assert kinds(c, 0, 1) == ["pcie", "pcie"]  # same switch
+    assert kinds(c, 0, 2) == ["pcie"] * 4  # via CPU socket 0
+    assert kinds(c, 0, 7) == ["pcie", "pcie", "qpi", "pcie", "pcie"]  # crosses sockets
+    qpi = c.links[c.route(0, 7)[2]]
+    assert qpi.bandwidth == pytest.approx(16e9)
+    assert c.route_bandwidth(c.route(0, 7)) == pytest.approx(16e9)
+    # The single NIC hangs off switch 0: GPU 7 must cross the socket link to reach it.
+    assert kinds(c, 7, 15).count("qpi") == 2
+    assert kinds(c, 0, 8) == ["pcie", "pcie", "ib", "ib", "pcie", "pcie"]
+    assert c.route_bandwidth(c.route(0, 8)) == pytest.approx(25e9)  # shared 200G NIC
+
+
+def test_single_server_has_no_network() -> None:
+    c = cluster(preset="dgx-h100", nodes=1)
+    node_kinds = {data["kind"] for _, data in c.graph.nodes(data=True)}
+    assert node_kinds == {"gpu", "nvswitch"}
+    assert len(c.links) == 16
+
+
+def test_oversubscription_halves_leaf_uplink_capacity() -> None:
+    def uplink(oversub: float) -> float:
+        c = cluster(preset="dgx-h100", nodes=4, oversubscription=oversub)
+        return sum(lk.bandwidth for lk in c.links if lk.src == "leaf0.rail0")
+    # Total leaf0.rail0 links out = 4 NIC downlinks x 50 GB/s + uplinks. Uplinks: 200 GB/s
+    # at 1:1, 100 GB/s at 2:1.
+    assert uplink(1.0) == pytest.approx(200e9 + 200e9)
+    assert uplink(2.0) == pytest.approx(200e9 + 100e9)
+
+
+def test_fat_tree_groups_servers_per_leaf() -> None:
+    c = cluster(preset="dgx-a100", nodes=4, fabric="fat-tree", nodes_per_leaf=2,
+                oversubscription=2.0)
+    # Same leaf (servers 0, 1): any NIC pair stays under leaf0, even cross "rail".
+    assert kinds(c, 0, 9) == ["pcie", "ib", "ib", "pcie"]
+    assert "spine" in {c.graph.nodes[n]["kind"] for n in c.path(0, 16)}
+    # Leaf has 2 servers x 8 NICs = 16 x 25 GB/s = 400 GB/s down -> 200 GB/s up over
+    # ceil(16 / 2) = 8 spines of 25 GB/s each.
+    ups = [lk for lk in c.links if lk.src == "leaf0" and lk.dst.startswith("spine")]
+    assert len(ups) == 8
+    assert sum(lk.bandwidth for lk in ups) == pytest.approx(200e9)
+
+
+def test_custom_topology_builds_and_routes() -> None:
+    custom = {
+        "gpu": "H100-SXM",
+        "gpus": ["a0", "a1", "b0", "b1"],
+        "nodes_of": {"b0": 1, "b1": 1},
+        "switches": ["swa", "swb", "tor"],
+        "links": [
+            {"a": "a0", "b": "swa", "kind": "nvlink", "bandwidth": "450GB/s", "latency": "0.3us"},
+            {"a": "a1", "b": "swa", "kind": "nvlink", "bandwidth": "450GB/s", "latency": "0.3us"},
+            {"a": "b0", "b": "swb", "kind": "nvlink", "bandwidth": "450GB/s", "latency": "0.3us"},
+            {"a": "b1", "b": "swb", "kind": "nvlink", "bandwidth": "450GB/s", "latency": "0.3us"},
+            {"a": "a0", "b": "tor", "kind": "ethernet", "bandwidth": "400Gbps", "latency": "2us"},
+            {"a": "b0", "b": "tor", "kind": "ethernet", "bandwidth": "400Gbps", "latency": "2us"},
+        ],
+    }
+    c = cluster(custom=custom)
+    assert c.config.gpu == "h100-sxm" and c.num_gpus == 4 and c.num_servers == 2
+    assert [c.server_of(r) for r in range(4)] == [0, 0, 1, 1]
+    assert c.graph.nodes["swa"]["kind"] == "nvswitch"
+    assert c.graph.nodes["tor"]["kind"] == "leaf"
+    assert kinds(c, 0, 1) == ["nvlink", "nvlink"]
+    # a1 -> swa -> a0 -> tor -> b0 -> swb -> b1: 0.3+0.3+2+2+0.3+0.3 = 5.2 us, 50 GB/s.
+    route = c.route(1, 3)
+    assert kinds(c, 1, 3) == ["nvlink", "nvlink", "ethernet", "ethernet", "nvlink", "nvlink"]
+    assert c.route_latency(route) == pytest.approx(5.2e-6)
+    assert c.route_bandwidth(route) == pytest.approx(50e9)
+
+
+def test_custom_errors() -> None:
+    base = {"gpu": "a100-80gb", "gpus": ["g0", "g1"], "switches": ["s"]}
+    link = {"kind": "pcie", "bandwidth": "32GB/s"}
+    bad_end = [{"a": "g0", "b": "nope", **link}]
+    with pytest.raises(ValueError, match="unknown node 'nope'"):
+        ClusterConfig.model_validate({"custom": {**base, "links": bad_end}})
+    with pytest.raises(ValueError, match="no path 'g0' -> 'g1'"):
+        ClusterConfig.model_validate({"custom": {**base, "links": [{"a": "g0", "b": "s", **link}]}})
+    one_way = [{"a": "g0", "b": "s", **link}, {"a": "s", "b": "g1", **link,
+                                               "bidirectional": False}]
+    with pytest.raises(ValueError, match="no path 'g1' -> 'g0'"):
+        ClusterConfig.model_validate({"custom": {**base, "links": one_way}})
+    with pytest.raises(ValueError, match="'h1000'"):
+        ClusterConfig.model_validate({"custom": {**base, "gpu": "h1000", "links": []}})
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ({"gpu": "h100-sxm", "nodes": 0}, "nodes must be >= 1, got 0"),
+        ({"gpu": "tpu-v5"}, "unknown GPU 'tpu-v5'"),
+        ({"preset": "dgx-h100", "oversubscription": 0.5}, "oversubscription must be >= 1"),
+        ({"preset": "dgx-9000"}, "unknown cluster preset 'dgx-9000'"),
+        ({"nodes": 2}, "cluster has no gpu"),
+        ({"gpu": "h100-pcie"}, "has no NVLink"),
+        ({"preset": "dgx-h100", "nic_bandwidth": "fast"}, "'fast'"),
+        ({"preset": "dgx-h100", "nodes": 2, "nics_per_node": 0}, "at least one NIC"),
+        ({"preset": "dgx-h100", "nvswitches": 4}, "nvswitches"),
+    ],
+)
+def test_bad_config_raises_value_error(fields: dict[str, Any], text: str) -> None:
+    with pytest.raises(ValueError, match=text):
+        ClusterConfig(**fields)
+
+
+def test_bad_rank_raises() -> None:
+    c = cluster(preset="dgx-h100", nodes=1)
+    with pytest.raises(ValueError, match=r"rank 8 .*0\.\.7"):
+        c.route(0, 8)
+    with pytest.raises(ValueError, match="rank -1"):
+        c.server_of(-1)
+
+
+def test_builds_are_deterministic() -> None:
+    a = cluster(preset="dgx-h100", nodes=8, nodes_per_leaf=2)
+    b = cluster(preset="dgx-h100", nodes=8, nodes_per_leaf=2)
+    assert a.links == b.links
+    pairs = [(0, 63), (5, 40), (17, 9), (62, 1)]
+    assert [a.route(*p) for p in pairs] == [b.route(*p) for p in pairs]
+
+
+def test_gpu_override_keeps_derived_bandwidths_consistent() -> None:
+    c = cluster(preset="dgx-h100", gpu="b200")
+    assert c.route_bandwidth(c.route(0, 1)) == pytest.approx(900e9)  # NVLink5 per direction
+    c = cluster(preset="dgx-h100", nvlink_bandwidth="370GB/s")
+    assert c.route_bandwidth(c.route(0, 1)) == pytest.approx(370e9)
+
+
+def test_16k_gpu_cluster_builds_fast() -> None:
+    start = time.perf_counter()
+    c = cluster(preset="dgx-h100", nodes=2048)
+    assert time.perf_counter() - start < 5.0
+    assert c.num_gpus == 16384
+    # Rank 0 (unit 0, rail 0) to rank 16383 (server 2047 = unit 63, rail 7): via a spine.
+    assert len(c.route(0, 16383)) == 6
+    start = time.perf_counter()
+    for r in range(0, 16384, 16):
+        c.route(r, 16383 - r)
+    assert time.perf_counter() - start < 1.0
