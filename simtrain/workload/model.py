@@ -1,0 +1,366 @@
+"""Decoder-only transformer description and its lowering to ops (the compute IR).
+
+A ``ModelConfig`` is the scenario's ``model:`` section after the preset merge. ``lower_model``
+turns it into layers of ops, each carrying forward FLOPs, HBM bytes, GEMM shape, owned
+parameters and saved activations for one microbatch; ``backward_ops`` derives the backward.
+
+FLOP conventions (see shared/reference/README.md):
+- a GEMM (m, n, k) costs 2·m·n·k; bias adds in the epilogue are not counted;
+- attention core counts QKᵀ and AV as 4·b·s²·h, the *non-causal* convention used by the
+  Megatron MFU formula (a causal kernel executes about half; ``compute.py`` applies that);
+- memory-bound ops (norm, residual, activation, rope, loss) carry small nominal FLOP counts
+  (per element, documented below); they are informative only, their time comes from bytes,
+  and the MFU formula ``model_flops_per_step`` does not count them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+
+OP_KINDS = ("gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss")
+_FP32 = 4  # norm statistics, attention logsumexp and the loss softmax are kept in fp32
+_IDS = 8  # token ids are int64, as in PyTorch
+# Nominal FLOPs per element of memory-bound ops (informative; time comes from bytes).
+_NORM_FLOPS, _ADD_FLOPS, _ACT_FLOPS, _ROPE_FLOPS, _LOSS_FLOPS = 5.0, 1.0, 8.0, 3.0, 5.0
+
+_GPT3 = dict(family="gpt", vocab_size=50257, max_seq_len=2048, tied_embeddings=True)
+_MEGATRON_2020 = dict(family="gpt", vocab_size=51200, max_seq_len=1024, tied_embeddings=True)
+# Megatron-Core 2024 weak-scaling models (calibration.yaml): GPT style, ffn 4h, untied.
+_MCORE_2024 = dict(family="gpt", vocab_size=131072, max_seq_len=4096, tied_embeddings=False)
+# Llama 3 (Meta, "The Llama 3 Herd of Models", 2024, Table 3); 8192 = pre-training length.
+_LLAMA3 = dict(family="llama", vocab_size=128256, max_seq_len=8192, num_kv_heads=8)
+
+
+def _p(base: dict[str, Any], name: str, layers: int, hidden: int, heads: int,
+       **extra: Any) -> dict[str, Any]:
+    return {**base, "name": name, "num_layers": layers, "hidden_size": hidden,
+            "num_heads": heads, **extra}
+
+
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    # GPT-3 (Brown et al. 2020, Table 2.1). The paper lists 24 heads of 128 for 1.3B, which
+    # does not divide 2048; we use 16 heads of 128 as Megatron/HF reproductions do.
+    "gpt3-175b": _p(_GPT3, "GPT-3 175B", 96, 12288, 96),
+    "gpt3-2.7b": _p(_GPT3, "GPT-3 2.7B", 32, 2560, 32),
+    "gpt3-1.3b": _p(_GPT3, "GPT-3 1.3B", 24, 2048, 16),
+    "gpt2-small": _p({**_GPT3, "max_seq_len": 1024}, "GPT-2 124M", 12, 768, 12),
+    "llama3-8b": _p(_LLAMA3, "Llama 3 8B", 32, 4096, 32, ffn_hidden_size=14336),
+    "llama3-70b": _p(_LLAMA3, "Llama 3 70B", 80, 8192, 64, ffn_hidden_size=28672),
+    "llama3-405b": _p(_LLAMA3, "Llama 3 405B", 126, 16384, 128, ffn_hidden_size=53248),
+    "megatron-1b": _p(_MEGATRON_2020, "Megatron-LM 1B", 24, 1920, 15),
+    "megatron-2b": _p(_MEGATRON_2020, "Megatron-LM 2B", 30, 2304, 18),
+    "megatron-4b": _p(_MEGATRON_2020, "Megatron-LM 4B", 36, 3072, 24),
+    "megatron-8b": _p(_MEGATRON_2020, "Megatron-LM 8B", 42, 4096, 32),
+    "mcore-1.7b": _p(_MCORE_2024, "Megatron-Core 1.7B", 24, 2048, 16),
+    "mcore-7.1b": _p(_MCORE_2024, "Megatron-Core 7.1B", 30, 4096, 32),
+    "mcore-16b": _p(_MCORE_2024, "Megatron-Core 16B", 32, 6144, 48),
+    "mcore-32b": _p(_MCORE_2024, "Megatron-Core 32B", 48, 7168, 56),
+    "mcore-70b": _p(_MCORE_2024, "Megatron-Core 70B", 84, 8192, 64),
+    "mcore-119b": _p(_MCORE_2024, "Megatron-Core 119B", 92, 10240, 80),
+    "mcore-177b": _p(_MCORE_2024, "Megatron-Core 177B", 96, 12288, 96),
+    "mcore-314b": _p(_MCORE_2024, "Megatron-Core 314B", 96, 16384, 128),
+    "mcore-462b": _p(_MCORE_2024, "Megatron-Core 462B", 112, 18432, 144),
+    "tiny-gpt": _p({**_GPT3, "vocab_size": 1024, "max_seq_len": 512}, "tiny GPT", 4, 256, 4),
+}
+
+# Defaults implied by the family when the user does not set them.
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt": dict(activation="gelu", tied_embeddings=True, position_embedding="learned",
+                norm="layernorm", bias=True),
+    "llama": dict(activation="swiglu", tied_embeddings=False, position_embedding="rope",
+                  norm="rmsnorm", bias=False),
+}
+
+
+class ModelConfig(BaseModel):
+    """A decoder-only transformer: the scenario's ``model:`` section after preset merge.
+
+    ``num_kv_heads`` (None = MHA) and ``ffn_hidden_size`` (None = 4h for gelu, Llama's
+    ⌈(8h/3)/256⌉·256 for swiglu) are filled in on validation. Unset style fields
+    (activation, norm, bias, ...) default by ``family``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str | None = None
+    name: str | None = None
+    family: Literal["gpt", "llama"] = "gpt"
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int | None = None
+    ffn_hidden_size: int | None = None
+    activation: Literal["gelu", "swiglu"] = "gelu"
+    vocab_size: int
+    max_seq_len: int
+    tied_embeddings: bool = True
+    position_embedding: Literal["learned", "rope"] = "learned"
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    bias: bool = True
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> ModelConfig:
+        """Build from ``MODEL_PRESETS[preset]`` with ``overrides`` on top."""
+        if preset not in MODEL_PRESETS:
+            raise ValueError(f"unknown model preset {preset!r}; use one of "
+                             f"{sorted(MODEL_PRESETS)} or describe the model field by field")
+        return cls(**{**MODEL_PRESETS[preset], "preset": preset, **overrides})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("family", "gpt") in _FAMILY_DEFAULTS:
+            return {**_FAMILY_DEFAULTS[data.get("family", "gpt")], **data}
+        return data
+
+    @field_validator("num_layers", "hidden_size", "num_heads", "num_kv_heads",
+                     "ffn_hidden_size", "vocab_size", "max_seq_len")
+    @classmethod
+    def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError(f"model.{info.field_name} must be a positive integer, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _shapes(self) -> ModelConfig:
+        h, a = self.hidden_size, self.num_heads
+        if h % a:
+            raise ValueError(f"model.hidden_size {h} is not divisible by num_heads {a}; pick "
+                             f"num_heads dividing {h} (e.g. {h // 128 or 1} heads of 128)")
+        if self.num_kv_heads is None:
+            self.num_kv_heads = a
+        if a % self.num_kv_heads:
+            raise ValueError(f"model.num_heads {a} is not divisible by num_kv_heads "
+                             f"{self.num_kv_heads}; pick num_kv_heads dividing {a} "
+                             f"(num_kv_heads = num_heads is plain multi-head attention)")
+        if self.ffn_hidden_size is None:
+            self.ffn_hidden_size = (4 * h if self.activation == "gelu"
+                                    else -(-(8 * h // 3) // 256) * 256)
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head, h / a."""
+        return self.hidden_size // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads (filled in: never None after validation)."""
+        return self.num_kv_heads if self.num_kv_heads is not None else self.num_heads
+
+    @property
+    def ffn_size(self) -> int:
+        """MLP hidden width (filled in: never None after validation)."""
+        return self.ffn_hidden_size if self.ffn_hidden_size is not None else 4 * self.hidden_size
+
+    @property
+    def qkv_width(self) -> int:
+        """Output features of the fused QKV projection: (a + 2·g)·d."""
+        return (self.num_heads + 2 * self.kv_heads) * self.head_dim
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A parameter tensor: its name (PyTorch style) and element count."""
+
+    name: str
+    numel: int
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel of the forward pass for one microbatch.
+
+    ``gemm_shape`` is (m, n, k): m tokens (rows), n output features, k input features.
+    ``params`` are owned by this op: their gradients are ready when its backward ends.
+    """
+
+    name: str
+    kind: str
+    flops: float
+    bytes: float
+    gemm_shape: tuple[int, int, int] | None
+    params: tuple[Param, ...]
+    activation_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """A named group of ops in forward order: "embedding", "layers.i", "final_norm", "lm_head"."""
+
+    name: str
+    ops: tuple[Op, ...]
+
+
+def _gemm(name: str, m: int, n: int, k: int, dt: int, bias: bool, save: float) -> Op:
+    """Y[m,n] = X[m,k]·Wᵀ: 2·m·n·k FLOPs; reads X and W (and bias), writes Y, once each."""
+    params = (Param(f"{name}.weight", n * k),) + ((Param(f"{name}.bias", n),) if bias else ())
+    nbytes = dt * (m * k + n * k + m * n + (n if bias else 0))
+    return Op(name, "gemm", 2.0 * m * n * k, float(nbytes), (m, n, k), params, float(save))
+
+
+def _norm(name: str, cfg: ModelConfig, m: int, dt: int) -> Op:
+    """Norm over h: reads x and the weight(s), writes y; saves x and fp32 row statistics."""
+    h = cfg.hidden_size
+    layer = cfg.norm == "layernorm"
+    params = (Param(f"{name}.weight", h),) + ((Param(f"{name}.bias", h),) if layer else ())
+    stats = (2 if layer else 1) * _FP32 * m  # mean and rstd (layernorm) or rstd (rmsnorm)
+    nbytes = dt * (2 * m * h + len(params) * h) + stats
+    return Op(name, "norm", _NORM_FLOPS * m * h, float(nbytes), None, params,
+              float(dt * m * h + stats))
+
+
+def _elementwise(name: str, reads: int, writes: int, flops_per: float, dt: int,
+                 save: float = 0.0) -> Op:
+    """A memory-bound elementwise kernel reading ``reads`` and writing ``writes`` elements."""
+    return Op(name, "elementwise", flops_per * writes, float(dt * (reads + writes)), None, (),
+              float(save))
+
+
+def _embedding(cfg: ModelConfig, b: int, s: int, dt: int) -> Layer:
+    """Word lookup (gather of m rows) then, for learned positions, a position add."""
+    h, m = cfg.hidden_size, b * s
+    ops = [Op("embedding.word", "embedding", 0.0, float(_IDS * m + 2 * dt * m * h), None,
+              (Param("embedding.word.weight", cfg.vocab_size * h),), float(_IDS * m))]
+    if cfg.position_embedding == "learned":
+        ops.append(Op("embedding.position", "embedding", _ADD_FLOPS * m * h,
+                      float(dt * (s * h + 2 * m * h)), None,
+                      (Param("embedding.position.weight", cfg.max_seq_len * h),), 0.0))
+    return Layer("embedding", tuple(ops))
+
+
+def _block(cfg: ModelConfig, i: int, b: int, s: int, dt: int) -> Layer:
+    """One transformer layer (pre-norm), ops in forward order.
+
+    Saved activations (dt bytes each unless noted): norms save their input (+ fp32 stats),
+    each GEMM its input, attention q, k, v (+ fp32 logsumexp; no s² matrix, FlashAttention),
+    the activation its input. For a GPT layer this is 32·s·b·h + stats: Korthikanti et al.
+    2022's 34·s·b·h without the two dropout masks (no dropout) and without the 5·a·s²·b
+    attention matrices (fused flash kernel). The attention output is the proj GEMM's saved
+    input and is counted there only (one storage in PyTorch).
+    """
+    h, m, f = cfg.hidden_size, b * s, cfg.ffn_size
+    a, kv = cfg.num_heads, cfg.kv_heads * cfg.head_dim
+    p = f"layers.{i}"
+    ops = [_norm(f"{p}.input_norm", cfg, m, dt),
+           _gemm(f"{p}.attn.qkv", m, cfg.qkv_width, h, dt, cfg.bias, dt * m * h)]
+    if cfg.position_embedding == "rope":
+        ops.append(_elementwise(f"{p}.attn.rope", m * (h + kv), m * (h + kv), _ROPE_FLOPS, dt))
+    lse = _FP32 * b * a * s
+    ops.append(Op(f"{p}.attn.core", "attention", 4.0 * b * s * s * h,
+                  float(dt * m * (2 * h + 2 * kv) + lse), None, (),
+                  float(dt * m * (h + 2 * kv) + lse)))
+    ops += [_gemm(f"{p}.attn.proj", m, h, h, dt, cfg.bias, dt * m * h),
+            _elementwise(f"{p}.attn.residual", 2 * m * h, m * h, _ADD_FLOPS, dt),
+            _norm(f"{p}.post_attn_norm", cfg, m, dt)]
+    gated = cfg.activation == "swiglu"
+    fc1_out = (2 if gated else 1) * f  # swiglu fuses gate and up projections
+    ops += [_gemm(f"{p}.mlp.fc1", m, fc1_out, h, dt, cfg.bias, dt * m * h),
+            _elementwise(f"{p}.mlp.act", m * fc1_out, m * f, _ACT_FLOPS, dt, dt * m * fc1_out),
+            _gemm(f"{p}.mlp.fc2", m, h, f, dt, cfg.bias, dt * m * f),
+            _elementwise(f"{p}.mlp.residual", 2 * m * h, m * h, _ADD_FLOPS, dt)]
+    return Layer(p, tuple(ops))
+
+
+def _head(cfg: ModelConfig, m: int, dt: int) -> Layer:
+    """LM head GEMM (n = V; no params when tied) and fp32 softmax cross-entropy.
+
+    The loss reads the logits and writes the fp32 softmax it saves for backward
+    (Megatron's vocab-parallel cross-entropy casts logits to fp32).
+    """
+    h, v = cfg.hidden_size, cfg.vocab_size
+    gemm = _gemm("lm_head", m, v, h, dt, False, dt * m * h)
+    if cfg.tied_embeddings:  # the embedding owns the shared weight
+        gemm = Op(gemm.name, gemm.kind, gemm.flops, gemm.bytes, gemm.gemm_shape, (),
+                  gemm.activation_bytes)
+    loss = Op("lm_head.loss", "loss", _LOSS_FLOPS * m * v, float((dt + _FP32) * m * v + _IDS * m),
+              None, (), float(_FP32 * m * v + _IDS * m))
+    return Layer("lm_head", (gemm, loss))
+
+
+def lower_model(cfg: ModelConfig, micro_batch_size: int, seq_len: int,
+                dtype_bytes: int = 2) -> list[Layer]:
+    """Layers of ops for one microbatch of ``micro_batch_size`` sequences of ``seq_len``.
+
+    Order (also parameter registration order, as in PyTorch modules, which DDP buckets in
+    reverse): embedding, layers.0 .. layers.L-1, final_norm, lm_head.
+    """
+    for label, value in (("micro_batch_size", micro_batch_size), ("seq_len", seq_len),
+                         ("dtype_bytes", dtype_bytes)):
+        if value <= 0:
+            raise ValueError(f"{label} must be a positive integer, got {value}")
+    if seq_len > cfg.max_seq_len:
+        raise ValueError(f"seq_len {seq_len} exceeds model.max_seq_len {cfg.max_seq_len}; "
+                         f"shorten the sequence or set model.max_seq_len >= {seq_len}")
+    b, s, dt = micro_batch_size, seq_len, dtype_bytes
+    layers = [_embedding(cfg, b, s, dt)]
+    layers += [_block(cfg, i, b, s, dt) for i in range(cfg.num_layers)]
+    layers.append(Layer("final_norm", (_norm("final_norm", cfg, b * s, dt),)))
+    layers.append(_head(cfg, b * s, dt))
+    return layers
+
+
+def backward_ops(op: Op) -> tuple[Op, ...]:
+    """The backward kernels of forward ``op``, in execution order.
+
+    - gemm (m, n, k): dgrad dX = dY·W with shape (m, k, n) then wgrad dW = dYᵀ·X with shape
+      (n, k, m) (the weight's [out, in] layout, reducing over tokens); each costs the forward's
+      2·m·n·k FLOPs and touches the same three matrices. wgrad owns the params.
+    - attention: one fused kernel, 2.5× forward FLOPs: FlashAttention-2 backward runs 5
+      matmuls (QKᵀ recomputed, dV, dP, dQ, dK) against 2 forward (Dao 2023, Sec. 3.1);
+      bytes 2× (reads q, k, v, o, dO; writes dq, dk, dv).
+    - embedding: scatter-add of dY into weight rows: 1.5× forward bytes (dY read plus a
+      read-modify-write of rows, against row read plus output write forward).
+    - other memory-bound ops: 2× forward FLOPs and bytes (read y or x and dY, write dX).
+    """
+    if op.kind == "gemm":
+        if op.gemm_shape is None:
+            raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
+        m, n, k = op.gemm_shape
+        return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0),
+                Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0))
+    if op.kind == "attention":
+        return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
+                   op.params, 0.0),)
+    if op.kind == "embedding":
+        return (Op(f"{op.name}.bwd", "embedding", op.flops, 1.5 * op.bytes, None, op.params,
+                   0.0),)
+    if op.kind in OP_KINDS:
+        return (Op(f"{op.name}.bwd", op.kind, 2.0 * op.flops, 2.0 * op.bytes, None, op.params,
+                   0.0),)
+    raise ValueError(f"op {op.name!r} has unknown kind {op.kind!r}; use one of {OP_KINDS}")
+
+
+def num_parameters(cfg: ModelConfig) -> int:
+    """Exact parameter count: embeddings (+ learned positions), per layer attention (GQA),
+    MLP (2 matrices gelu, 3 swiglu), biases if ``bias``, norms, final norm, untied head."""
+    h, f, v = cfg.hidden_size, cfg.ffn_size, cfg.vocab_size
+    norm = (2 if cfg.norm == "layernorm" else 1) * h
+    mats = h * cfg.qkv_width + h * h + (3 if cfg.activation == "swiglu" else 2) * h * f
+    biases = cfg.qkv_width + h + (2 * f if cfg.activation == "swiglu" else f) + h
+    layer = mats + 2 * norm + (biases if cfg.bias else 0)
+    pos = cfg.max_seq_len * h if cfg.position_embedding == "learned" else 0
+    head = 0 if cfg.tied_embeddings else v * h
+    return v * h + pos + cfg.num_layers * layer + norm + head
+
+
+def model_flops_per_step(cfg: ModelConfig, tokens: int, seq_len: int) -> float:
+    """Model FLOPs (MFU numerator) for ``tokens`` tokens in sequences of ``seq_len``.
+
+    Forward + backward, no recompute, non-causal attention; Megatron-Core's formula
+    (training.py ``num_floating_point_operations`` at 937571cf, calibration.yaml):
+    12·T·l·h²·[(1 + g/a + s/h)·(a·d/h) + (ffn/h)·(3/2 if swiglu else 1) + V/(2·l·h)],
+    which for MHA, ffn = 4h, gelu is 72·T·l·h²·(1 + s/(6h) + V/(12·l·h)) (T = B·s tokens).
+    Equals 3× the forward FLOPs of the GEMM and attention ops of ``lower_model``.
+    """
+    if tokens <= 0 or seq_len <= 0:
+        raise ValueError(f"tokens and seq_len must be positive, got {tokens} and {seq_len}")
+    h, layers, s = cfg.hidden_size, cfg.num_layers, seq_len
+    q_ratio = cfg.num_heads * cfg.head_dim / h
+    attn = (1 + cfg.kv_heads / cfg.num_heads + s / h) * q_ratio
+    mlp = cfg.ffn_size / h * (1.5 if cfg.activation == "swiglu" else 1.0)
+    logit = cfg.vocab_size / (2 * layers * h)
+    return 12.0 * tokens * layers * h * h * (attn + mlp + logit)

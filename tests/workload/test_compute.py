@@ -1,0 +1,150 @@
+"""Tests for the roofline compute model, with hand-derived values on a stand-in GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simtrain.workload.compute import (
+    ComputeConfig,
+    gemm_efficiency,
+    op_time,
+    tile_efficiency,
+    wave_efficiency,
+)
+from simtrain.workload.model import ModelConfig, Op, backward_ops, lower_model
+
+
+@dataclass(frozen=True)
+class FakeGPU:
+    """Stand-in for simtrain.hardware.gpus: round numbers for hand derivations."""
+
+    peak: float = 1e15
+    hbm_bandwidth: float = 2e12
+    num_sms: int = 100
+    arch: str = "ampere"
+
+    def flops(self, dtype: str) -> float:
+        return self.peak
+
+
+GPU = FakeGPU()
+# Round parameters so the expected values below are easy to derive by hand.
+CFG = ComputeConfig(gemm_efficiency=0.8, attention_efficiency=0.5, memory_efficiency=1.0,
+                    launch_overhead=0.0)
+
+
+def test_perfect_tiles_and_full_waves_give_max_efficiency() -> None:
+    # 1280 x 1280 with 128x128 tiles = 10·10 = 100 tiles = one full wave on 100 SMs.
+    assert gemm_efficiency(1280, 1280, 4096, GPU, CFG) == pytest.approx(0.8)
+
+
+def test_one_extra_tile_opens_a_second_wave() -> None:
+    # 101 tiles on 100 SMs run as 2 waves: wave efficiency 101/200.
+    assert gemm_efficiency(128 * 101, 128, 4096, GPU, CFG) == pytest.approx(0.8 * 101 / 200)
+
+
+def test_tile_quantization() -> None:
+    # m = 129 pads to 256 rows: 129·128 / (256·128) = 129/256.
+    assert tile_efficiency(129, 128, 128, 128) == pytest.approx(129 / 256)
+    # On a 1-SM GPU the 2 tiles run as 2 full waves (2 / (2·1) = 1): only the tile loss.
+    one_sm = replace(GPU, num_sms=1)
+    assert gemm_efficiency(129, 128, 4096, one_sm, CFG) == pytest.approx(0.8 * 129 / 256)
+
+
+def test_small_k_penalty() -> None:
+    # k = 64 < small_k = 128: efficiency scales by 64/128.
+    assert gemm_efficiency(1280, 1280, 64, GPU, CFG) == pytest.approx(0.4)
+    assert gemm_efficiency(1280, 1280, 128, GPU, CFG) == pytest.approx(0.8)
+
+
+def test_more_full_waves_amortise_the_tail() -> None:
+    # q full waves plus one tile: (q·100 + 1) / ((q + 1)·100) increases with q.
+    effs = [wave_efficiency(q * 100 + 1, 100) for q in range(1, 20)]
+    assert effs == sorted(effs) and effs[-1] < 1.0
+
+
+@given(st.integers(1, 20000), st.integers(1, 20000), st.integers(1, 20000))
+def test_gemm_efficiency_bounded(m: int, n: int, k: int) -> None:
+    assert 0.0 < gemm_efficiency(m, n, k, GPU, CFG) <= 0.8 + 1e-12
+
+
+def test_gemm_efficiency_monotone_in_k() -> None:
+    effs = [gemm_efficiency(1280, 1280, k, GPU, CFG) for k in (8, 16, 32, 64, 128, 4096)]
+    assert effs == sorted(effs)
+
+
+def test_op_time_memory_bound() -> None:
+    # A norm moving 1 GB at 2 TB/s takes 0.5 ms (its FLOPs are ignored); with memory
+    # efficiency 0.85 and 3 us launch: 1e9 / (2e12·0.85) + 3e-6 = 588.235 us + 3 us.
+    op = Op("n", "norm", 1e9, 1e9, None, (), 0.0)
+    assert op_time(op, GPU, CFG) == pytest.approx(5e-4)
+    cfg = ComputeConfig.model_validate({"memory_efficiency": 0.85, "launch_overhead": "3us"})
+    assert op_time(op, GPU, cfg) == pytest.approx(1e9 / 1.7e12 + 3e-6)
+
+
+def test_op_time_compute_bound_gemm() -> None:
+    # (1280, 1280, 8192): 2·1280·1280·8192 = 26.84e9 FLOP at 0.8·1e15 -> 33.55 us;
+    # bytes 2·(1280·8192·2 + 1280²) = 45.22e6 at 2e12 -> 22.61 us: compute bound.
+    flops = 2.0 * 1280 * 1280 * 8192
+    op = Op("g", "gemm", flops, 2.0 * (2 * 1280 * 8192 + 1280**2), (1280, 1280, 8192), (), 0.0)
+    assert op_time(op, GPU, CFG) == pytest.approx(flops / 0.8e15)
+
+
+def test_op_time_memory_bound_gemm() -> None:
+    # A skinny GEMM (m=1): 2·1·8192·8192 = 134 MFLOP but it reads a 128 MiB weight:
+    # bytes dominate: 2·(8192 + 8192² + 8192) / 2e12.
+    nbytes = 2.0 * (8192 + 8192**2 + 8192)
+    op = Op("g", "gemm", 2.0 * 8192 * 8192, nbytes, (1, 8192, 8192), (), 0.0)
+    assert op_time(op, GPU, CFG) == pytest.approx(nbytes / 2e12)
+
+
+def test_op_time_attention_causal_halves_the_work() -> None:
+    # 1e12 non-causal FLOP, causal executes half: 0.5e12 / (1e15·0.5) = 1 ms.
+    op = Op("a", "attention", 1e12, 1.0, None, (), 0.0)
+    assert op_time(op, GPU, CFG) == pytest.approx(1e-3)
+    full = CFG.model_copy(update={"causal_attention": False})
+    assert op_time(op, GPU, full) == pytest.approx(2e-3)
+
+
+def test_arch_defaults_and_errors() -> None:
+    default = ComputeConfig()
+    assert default.max_gemm_efficiency("hopper") == 0.80
+    assert default.max_attention_efficiency("ampere") == 0.60
+    with pytest.raises(ValueError, match="set compute.gemm_efficiency"):
+        gemm_efficiency(128, 128, 128, replace(GPU, arch="tpu"), default)
+    with pytest.raises(ValueError, match="fraction"):
+        ComputeConfig(gemm_efficiency=1.5)
+    with pytest.raises(ValueError, match="positive"):
+        ComputeConfig(tile_m=0)
+    with pytest.raises(ValueError, match="Extra inputs"):
+        ComputeConfig.model_validate({"gemm_eff": 0.8})
+    with pytest.raises(ValueError, match="unknown kind"):
+        op_time(Op("x", "conv", 1.0, 1.0, None, (), 0.0), GPU, CFG)
+    with pytest.raises(ValueError, match="gemm_shape"):
+        op_time(Op("x", "gemm", 1.0, 1.0, None, (), 0.0), GPU, CFG)
+
+
+def test_every_lowered_op_has_a_positive_time() -> None:
+    cfg = ModelConfig.from_preset("tiny-gpt")
+    for layer in lower_model(cfg, 2, 128):
+        for op in layer.ops:
+            for o in (op, *backward_ops(op)):
+                assert op_time(o, GPU, ComputeConfig()) > 0.0
+
+
+_KINDS = st.sampled_from(["gemm", "attention", "elementwise", "norm", "embedding", "loss"])
+_AMOUNT = st.floats(0.0, 1e15, allow_nan=False)
+
+
+@given(_KINDS, _AMOUNT, _AMOUNT, _AMOUNT, _AMOUNT)
+def test_op_time_never_decreases_with_more_work(kind: str, flops: float, nbytes: float,
+                                                 more_flops: float, more_bytes: float) -> None:
+    shape = (4096, 4096, 4096) if kind == "gemm" else None
+    base = Op("x", kind, flops, nbytes, shape, (), 0.0)
+    t = op_time(base, GPU, ComputeConfig())
+    assert op_time(replace(base, flops=flops + more_flops), GPU, ComputeConfig()) >= t
+    assert op_time(replace(base, bytes=nbytes + more_bytes), GPU, ComputeConfig()) >= t

@@ -1,0 +1,210 @@
+"""Tests for the transformer description, its parameter count and its lowering to ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simtrain.workload.model import (
+    MODEL_PRESETS,
+    Layer,
+    ModelConfig,
+    Op,
+    backward_ops,
+    lower_model,
+    model_flops_per_step,
+    num_parameters,
+)
+
+GEMM_LIKE = ("gemm", "attention")
+
+
+def _small_gpt(**overrides: Any) -> ModelConfig:
+    base: dict[str, Any] = dict(family="gpt", num_layers=2, hidden_size=64, num_heads=4,
+                                   vocab_size=1000, max_seq_len=16)
+    return ModelConfig(**{**base, **overrides})
+
+
+def _ops(layers: list[Layer]) -> list[Op]:
+    return [op for layer in layers for op in layer.ops]
+
+
+# Published parameter counts: GPT-3 (Brown et al. 2020), Llama 3 (Meta 2024, Table 3),
+# Megatron-LM 2020 (calibration.yaml params_b).
+@pytest.mark.parametrize(("preset", "published"), [
+    ("gpt3-175b", 175e9), ("llama3-8b", 8.03e9), ("llama3-70b", 70.6e9),
+    ("llama3-405b", 405e9), ("megatron-1b", 1.16e9), ("megatron-2b", 2.03e9),
+    ("megatron-4b", 4.24e9), ("megatron-8b", 8.67e9), ("gpt2-small", 124e6),
+])
+def test_preset_parameter_counts_match_published(preset: str, published: float) -> None:
+    assert num_parameters(ModelConfig.from_preset(preset)) == pytest.approx(published, rel=0.01)
+
+
+# Megatron-Core 2024 names are rounded: 12·l·h² + 2·V·h gives 1.745B for "1.7B" and 31.5B for
+# "32B" (learned positions and biases add 0.5% more to 1.7B). We check the count against that
+# formula to 1% and against the name to 3.5%.
+@pytest.mark.parametrize("preset", [p for p in MODEL_PRESETS if p.startswith("mcore-")])
+def test_mcore_parameter_counts(preset: str) -> None:
+    cfg = ModelConfig.from_preset(preset)
+    h, layers, v = cfg.hidden_size, cfg.num_layers, cfg.vocab_size
+    n = num_parameters(cfg)
+    assert n == pytest.approx(12 * layers * h * h + 2 * v * h, rel=0.01)
+    named = float(preset.removeprefix("mcore-").removesuffix("b")) * 1e9
+    assert n == pytest.approx(named, rel=0.035)
+
+
+@pytest.mark.parametrize(("preset", "named"), [("gpt3-1.3b", 1.3e9), ("gpt3-2.7b", 2.7e9)])
+def test_small_gpt3_counts_round_to_their_names(preset: str, named: float) -> None:
+    # The paper's names are rounded: exact counts are 1.316B and 2.652B.
+    assert num_parameters(ModelConfig.from_preset(preset)) == pytest.approx(named, rel=0.02)
+
+
+def test_all_presets_validate_and_params_match_lowering() -> None:
+    for preset in MODEL_PRESETS:
+        cfg = ModelConfig.from_preset(preset)
+        if cfg.num_layers > 40:
+            continue  # the lowering is linear in layers; spare the suite the big ones
+        owned = sum(p.numel for op in _ops(lower_model(cfg, 1, 128)) for p in op.params)
+        assert owned == num_parameters(cfg), preset
+
+
+def test_gpt2_small_exact_count() -> None:
+    # HuggingFace gpt2 reports 124,439,808 parameters.
+    assert num_parameters(ModelConfig.from_preset("gpt2-small")) == 124_439_808
+
+
+def test_gpt_layer_forward_flops_hand_derived() -> None:
+    # GPT layer, m = b·s tokens: qkv 2·m·3h·h + proj 2·m·h·h + fc1 2·m·4h·h + fc2 2·m·h·4h
+    # = 24·m·h², attention QKᵀ + AV = 2·b·s²·h + 2·b·s²·h = 4·b·s²·h.
+    # b=2, s=16, h=64: 24·32·4096 + 4·2·256·64 = 3,145,728 + 131,072 = 3,276,800.
+    layer = lower_model(_small_gpt(), micro_batch_size=2, seq_len=16)[1]
+    assert layer.name == "layers.0"
+    assert sum(op.flops for op in layer.ops if op.kind in GEMM_LIKE) == 3_276_800
+    # Nominal memory-bound FLOPs: 2 norms·5 + 2 residuals·1 per m·h, gelu 8 per m·4h = 44·m·h.
+    extra = sum(op.flops for op in layer.ops if op.kind not in GEMM_LIKE)
+    assert extra == 44 * 32 * 64
+
+
+def test_model_flops_hand_computed() -> None:
+    # 72·T·l·h²·(1 + s/(6h) + V/(12·l·h)), T=64 tokens, l=2, h=64, s=16, V=1000:
+    # 72·64·2·4096 = 37,748,736; ·(1 + 16/384 + 1000/1536)
+    # = 37,748,736 + 1,572,864 + 24,576,000 = 63,897,600.
+    assert model_flops_per_step(_small_gpt(), tokens=64, seq_len=16) == pytest.approx(63_897_600)
+
+
+@pytest.mark.parametrize("preset", ["gpt3-175b", "llama3-8b", "tiny-gpt"])
+def test_forward_ops_are_a_third_of_model_flops(preset: str) -> None:
+    # The MFU formula counts exactly the GEMMs and attention (non-causal) ×3 (forward +
+    # 2× backward); it does not count the nominal norm/residual/activation/loss FLOPs, which
+    # add well under 1% on top.
+    cfg = ModelConfig.from_preset(preset)
+    b, s = 2, min(2048, cfg.max_seq_len)
+    ops = _ops(lower_model(cfg, b, s))
+    mfu = model_flops_per_step(cfg, tokens=b * s, seq_len=s)
+    assert 3 * sum(op.flops for op in ops if op.kind in GEMM_LIKE) == pytest.approx(mfu, rel=1e-12)
+    assert 3 * sum(op.flops for op in ops) == pytest.approx(mfu, rel=0.01)
+
+
+def test_param_registration_order_follows_modules() -> None:
+    names = [p.name for op in _ops(lower_model(_small_gpt(), 1, 16)) for p in op.params]
+    assert names[:6] == ["embedding.word.weight", "embedding.position.weight",
+                         "layers.0.input_norm.weight", "layers.0.input_norm.bias",
+                         "layers.0.attn.qkv.weight", "layers.0.attn.qkv.bias"]
+    assert names[-2:] == ["final_norm.weight", "final_norm.bias"]  # tied: no lm_head weight
+    layer_ids = [int(n.split(".")[1]) for n in names if n.startswith("layers.")]
+    assert layer_ids == sorted(layer_ids) and layer_ids[-1] == 1
+    llama = lower_model(ModelConfig.from_preset("llama3-8b", num_layers=1), 1, 16)
+    llama_names = [p.name for op in _ops(llama) for p in op.params]
+    assert llama_names[-1] == "lm_head.weight"
+    assert not any(n.endswith(".bias") for n in llama_names)
+
+
+def test_layer_structure() -> None:
+    layers = lower_model(_small_gpt(), 1, 16)
+    assert [layer.name for layer in layers] == [
+        "embedding", "layers.0", "layers.1", "final_norm", "lm_head"]
+    kinds = [op.kind for op in layers[1].ops]
+    assert kinds == ["norm", "gemm", "attention", "gemm", "elementwise", "norm", "gemm",
+                     "elementwise", "gemm", "elementwise"]
+    assert [op.kind for op in layers[-1].ops] == ["gemm", "loss"]
+    assert layers[-1].ops[0].gemm_shape == (16, 1000, 64)
+    assert layers[-1].ops[0].params == ()  # tied: the embedding owns the weight
+
+
+def test_gqa_reduces_qkv_width() -> None:
+    mha = ModelConfig.from_preset("llama3-8b", num_kv_heads=32, num_layers=1)
+    gqa = ModelConfig.from_preset("llama3-8b", num_layers=1)
+    assert gqa.qkv_width == (32 + 2 * 8) * 128 == 6144
+    assert mha.qkv_width == 3 * 4096
+    qkv = next(op for op in lower_model(gqa, 1, 8)[1].ops if op.name.endswith("attn.qkv"))
+    assert qkv.gemm_shape == (8, 6144, 4096)
+    assert num_parameters(mha) - num_parameters(gqa) == 2 * 4096 * (4096 - 1024)
+
+
+def test_swiglu_fuses_gate_and_up() -> None:
+    cfg = ModelConfig.from_preset("llama3-8b", num_layers=1)
+    fc1 = next(op for op in lower_model(cfg, 1, 8)[1].ops if op.name.endswith("mlp.fc1"))
+    assert fc1.gemm_shape == (8, 2 * 14336, 4096)
+
+
+def test_family_defaults_and_fills() -> None:
+    cfg = ModelConfig(family="llama", num_layers=1, hidden_size=4096, num_heads=32,
+                      vocab_size=32000, max_seq_len=4096)
+    assert (cfg.activation, cfg.norm, cfg.bias, cfg.tied_embeddings) == (
+        "swiglu", "rmsnorm", False, False)
+    assert cfg.ffn_hidden_size == 11008  # Llama rule: ceil((8h/3)/256)·256
+    assert cfg.num_kv_heads == 32 and cfg.head_dim == 128
+    assert _small_gpt().ffn_hidden_size == 256
+
+
+def test_activation_bytes_gpt_layer() -> None:
+    # Without fp32 norm statistics and attention logsumexp a GPT layer saves 32·s·b·h bytes
+    # (bf16): Korthikanti et al. 2022's 34·s·b·h minus the two dropout masks, no s² terms.
+    b, s, h, a = 2, 16, 64, 4
+    layer = lower_model(_small_gpt(), b, s)[1]
+    stats = 2 * (2 * 4 * b * s)  # two layernorms, mean + rstd fp32 per row
+    lse = 4 * b * a * s
+    assert sum(op.activation_bytes for op in layer.ops) - stats - lse == 32 * s * b * h
+
+
+def test_backward_ops() -> None:
+    ops = lower_model(_small_gpt(), 1, 16)[1].ops
+    qkv, attn, norm = ops[1], ops[2], ops[0]
+    dgrad, wgrad = backward_ops(qkv)
+    assert dgrad.gemm_shape == (16, 64, 192) and wgrad.gemm_shape == (192, 64, 16)
+    assert dgrad.flops == wgrad.flops == qkv.flops
+    assert dgrad.params == () and wgrad.params == qkv.params
+    (attn_bwd,) = backward_ops(attn)
+    assert attn_bwd.flops == 2.5 * attn.flops and attn_bwd.bytes == 2 * attn.bytes
+    (norm_bwd,) = backward_ops(norm)
+    assert norm_bwd.bytes == 2 * norm.bytes and norm_bwd.params == norm.params
+    word = lower_model(_small_gpt(), 1, 16)[0].ops[0]
+    (word_bwd,) = backward_ops(word)
+    assert word_bwd.kind == "embedding" and word_bwd.bytes == 1.5 * word.bytes
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    (dict(hidden_size=100, num_heads=3), "not divisible by num_heads"),
+    (dict(num_kv_heads=3), "not divisible by num_kv_heads"),
+    (dict(num_layers=0), "positive"),
+    (dict(vocab_size=-5), "positive"),
+    (dict(dropout=0.1), "Extra inputs"),
+])
+def test_validation_errors(overrides: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _small_gpt(**overrides)
+
+
+def test_user_errors_in_lowering_and_presets() -> None:
+    with pytest.raises(ValueError, match="max_seq_len"):
+        lower_model(_small_gpt(), 1, 32)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        lower_model(_small_gpt(), 0, 16)
+    with pytest.raises(ValueError, match="unknown model preset"):
+        ModelConfig.from_preset("gpt5")
+    with pytest.raises(ValueError, match="positive"):
+        model_flops_per_step(_small_gpt(), tokens=0, seq_len=16)
+    bad = Op("x", "conv", 1.0, 1.0, None, (), 0.0)
+    with pytest.raises(ValueError, match="unknown kind"):
+        backward_ops(bad)
