@@ -1,0 +1,73 @@
+"""Step metrics computed from the timeline: step time, throughput, MFU/HFU, exposed comm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simtrain.engine.timeline import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    Timeline,
+    merge_intervals,
+    overlap_length,
+)
+
+
+def rank_breakdown(timeline: Timeline) -> dict[int, dict[str, float]]:
+    """Per rank: busy compute time, busy communication time, and the part of it not hidden.
+
+    Busy time is the union of spans (concurrent streams count once); exposed communication
+    is communication time during which the rank computes nothing.
+    """
+    out: dict[int, dict[str, float]] = {}
+    for rank, spans in sorted(timeline.by_rank().items()):
+        compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
+        comm = merge_intervals((s.start, s.end) for s in spans if s.kind in COMM_KINDS)
+        comm_s = sum(e - s for s, e in comm)
+        out[rank] = {
+            "compute_s": sum(e - s for s, e in compute),
+            "comm_s": comm_s,
+            "exposed_comm_s": comm_s - overlap_length(comm, compute),
+            "flops": sum(s.flops for s in spans if s.kind in COMPUTE_KINDS),
+            "comm_bytes": sum(s.bytes for s in spans if s.kind in COMM_KINDS),
+        }
+    return out
+
+
+def summarize(
+    timeline: Timeline,
+    *,
+    num_gpus: int,
+    tokens_per_step: int,
+    model_flops_per_step: float,
+    peak_flops_per_gpu: float,
+) -> dict[str, Any]:
+    """The run's summary dict (the JSON the CLI prints); times in seconds, rates per second.
+
+    MFU = model FLOPs per step / (step time x GPUs x dense peak) with the model-FLOP
+    convention of ``model_flops_per_step``; HFU counts the FLOPs the simulated kernels did.
+    Per-rank times are averaged over ranks.
+    """
+    step = timeline.end
+    per_rank = rank_breakdown(timeline)
+    n = max(len(per_rank), 1)
+
+    def mean(key: str) -> float:
+        return sum(r[key] for r in per_rank.values()) / n
+
+    hardware_flops = sum(r["flops"] for r in per_rank.values())
+    capacity = step * num_gpus * peak_flops_per_gpu
+    return {
+        "num_gpus": num_gpus,
+        "step_time_s": step,
+        "tokens_per_step": tokens_per_step,
+        "tokens_per_s": tokens_per_step / step if step > 0 else 0.0,
+        "model_flops_per_step": model_flops_per_step,
+        "hardware_flops_per_step": hardware_flops,
+        "mfu": model_flops_per_step / capacity if capacity > 0 else 0.0,
+        "hfu": hardware_flops / capacity if capacity > 0 else 0.0,
+        "compute_s": mean("compute_s"),
+        "comm_s": mean("comm_s"),
+        "exposed_comm_s": mean("exposed_comm_s"),
+        "comm_bytes_per_gpu": mean("comm_bytes"),
+    }

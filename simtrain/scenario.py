@@ -1,0 +1,257 @@
+"""Scenario files: YAML -> validated pydantic models, with presets, overrides and line numbers.
+
+A scenario is cluster + model + training + parallelism (+ compute, comm, sim options).
+Every section forbids unknown keys, so a typo is an error, not a silent default. Errors name
+the file, the line and the dotted field, say what was given and what was expected, and are
+raised as :class:`ScenarioError` (the CLI prints them in one line and exits with 2).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError
+
+from simtrain.comm.config import CommConfig
+from simtrain.errors import ScenarioError
+from simtrain.hardware.topology import CLUSTER_PRESETS, ClusterConfig
+from simtrain.parallel.plan import ParallelismConfig
+from simtrain.training import TrainingConfig
+from simtrain.units import Seconds
+from simtrain.workload.compute import ComputeConfig
+from simtrain.workload.model import MODEL_PRESETS, ModelConfig
+
+Path_ = tuple[str | int, ...]
+
+
+class SimConfig(BaseModel):
+    """The scenario's ``sim:`` section: how to simulate, not what."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    # rank -> time (s or "2ms") at which that rank hangs: it issues no further work.
+    hangs: dict[int, Seconds] = Field(default_factory=dict)
+
+
+class Scenario(BaseModel):
+    """One simulation: what runs (model, training), where (cluster) and how (parallelism)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "scenario"
+    description: str = ""
+    cluster: ClusterConfig
+    model: ModelConfig
+    training: TrainingConfig
+    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    comm: CommConfig = Field(default_factory=CommConfig)
+    sim: SimConfig = Field(default_factory=SimConfig)
+
+    @property
+    def seq_len(self) -> int:
+        return self.training.seq_len or self.model.max_seq_len
+
+
+PRESETS: dict[str, Mapping[str, Mapping[str, Any]]] = {
+    "cluster": CLUSTER_PRESETS,
+    "model": MODEL_PRESETS,
+}
+
+
+class _Source:
+    """The raw document and where each of its keys was written."""
+
+    def __init__(self, name: str, data: dict[str, Any], lines: dict[Path_, int]) -> None:
+        self.name = name
+        self.data = data
+        self.lines = lines
+
+    def line_of(self, path: Path_) -> int | None:
+        """Line of ``path`` or of its closest written ancestor."""
+        for end in range(len(path), -1, -1):
+            if path[:end] in self.lines:
+                return self.lines[path[:end]]
+        return None
+
+    def error(self, path: Path_, message: str) -> ScenarioError:
+        origin = self.lines.get(("--set", *path))
+        source = f"--set {_dotted(path)}" if origin is not None else self.name
+        line = None if origin is not None else self.line_of(path)
+        return ScenarioError(message, source=source, line=line, field=_dotted(path) or None)
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _plain(node: Any, path: Path_, lines: dict[Path_, int]) -> Any:
+    """ruamel round-trip nodes -> plain Python, recording 1-based line numbers by path."""
+    if isinstance(node, CommentedMap):
+        out = {}
+        for key, value in node.items():
+            child = (*path, str(key))
+            lines[child] = node.lc.key(key)[0] + 1
+            out[str(key)] = _plain(value, child, lines)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for i, value in enumerate(node):
+            lines[(*path, i)] = node.lc.item(i)[0] + 1
+            items.append(_plain(value, (*path, i), lines))
+        return items
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def _read(source: str | Path | Mapping[str, Any]) -> _Source:
+    if isinstance(source, Mapping):
+        return _Source("<dict>", _deep_copy(source), {})
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario file: {exc.strerror}", source=str(path)) from None
+    return _parse_text(text, str(path))
+
+
+def _parse_text(text: str, name: str) -> _Source:
+    try:
+        node = YAML(typ="rt").load(io.StringIO(text))
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ScenarioError(f"not valid YAML: {exc.problem}", source=name, line=line) from None
+    if node is None:
+        raise ScenarioError("the file is empty; expected a mapping with cluster, model and "
+                            "training sections", source=name)
+    lines: dict[Path_, int] = {}
+    data = _plain(node, (), lines)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"expected a mapping at the top level, got {type(data).__name__}",
+                            source=name, line=1)
+    return _Source(name, data, lines)
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+def apply_override(src: _Source, assignment: str) -> None:
+    """Apply one ``--set dotted.key=value``; the value is read as YAML ("4", "true", "25MB")."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError(f"expected KEY=VALUE such as cluster.nodes=4, got {assignment!r}",
+                            source="--set")
+    path = tuple(key.strip().split("."))
+    value = YAML(typ="safe").load(io.StringIO(raw)) if raw.strip() else ""
+    node = src.data
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(f"{_dotted(path[: i + 1])} is a value, not a section",
+                                source=f"--set {key}")
+        node = child
+    node[path[-1]] = value
+    src.lines[("--set", *path)] = 0
+
+
+def _merge_presets(src: _Source) -> None:
+    """Expand ``preset: NAME`` in cluster/model sections: preset fields, then the user's."""
+    for section, presets in PRESETS.items():
+        body = src.data.get(section)
+        if not isinstance(body, dict) or "preset" not in body:
+            continue
+        name = body["preset"]
+        key = str(name).lower() if name is not None else None
+        if key not in presets:
+            raise src.error((section, "preset"),
+                            f"unknown {section} preset {name!r}; expected one of: "
+                            f"{', '.join(sorted(presets))}")
+        src.data[section] = {**_deep_copy(presets[key]), **body, "preset": key}
+
+
+def _expected_fields(path: Path_) -> list[str] | None:
+    """Allowed keys of the pydantic model that holds ``path`` (for unknown-key errors)."""
+    model: Any = Scenario
+    for part in path[:-1]:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        model = field.annotation
+        args = getattr(model, "__args__", None)
+        if args:  # Optional[X]
+            model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)),
+                         model)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return sorted(model.model_fields)
+    return None
+
+
+def _describe(src: _Source, exc: ValidationError) -> ScenarioError:
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+    got = err.get("input")
+    if err["type"] == "extra_forbidden":
+        allowed = _expected_fields(loc)
+        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+        return src.error(loc, f"unknown field {str(loc[-1])!r}{hint}")
+    if err["type"] == "missing":
+        return src.error(loc, "required field is missing")
+    message = err["msg"].removeprefix("Value error, ")
+    shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
+    return src.error(loc, f"{message}{shown}")
+
+
+def load_scenario(source: str | Path | Mapping[str, Any],
+                  overrides: Sequence[str] = ()) -> Scenario:
+    """Read, override, expand presets, validate and check a scenario; raise ScenarioError."""
+    src = _read(source)
+    for assignment in overrides:
+        apply_override(src, assignment)
+    _merge_presets(src)
+    if "name" not in src.data and not isinstance(source, Mapping):
+        src.data["name"] = Path(source).stem
+    try:
+        scenario = Scenario.model_validate(src.data)
+    except ValidationError as exc:
+        raise _describe(src, exc) from None
+    _check(src, scenario)
+    return scenario
+
+
+def _check(src: _Source, scenario: Scenario) -> None:
+    """Cross-section checks that need the built cluster and model: world size, batch, sequence."""
+    from simtrain.hardware.topology import build_cluster
+    from simtrain.parallel.plan import check_plan
+
+    try:
+        cluster = build_cluster(scenario.cluster)
+    except ValueError as exc:
+        raise src.error(("cluster",), str(exc)) from None
+    dp = scenario.parallelism.dp or cluster.num_gpus
+    problems = check_plan(dp, cluster.num_gpus, scenario.training.global_batch_size,
+                          scenario.training.micro_batch_size)
+    if scenario.seq_len > scenario.model.max_seq_len:
+        problems.append(("training.seq_len",
+                         f"seq_len={scenario.seq_len} exceeds the model's max_seq_len="
+                         f"{scenario.model.max_seq_len}; lower it or raise model.max_seq_len"))
+    if problems:
+        field, message = problems[0]
+        raise src.error(tuple(field.split(".")), message)
