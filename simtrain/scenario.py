@@ -8,6 +8,7 @@ raised as :class:`ScenarioError` (the CLI prints them in one line and exits with
 
 from __future__ import annotations
 
+import difflib
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -73,6 +74,7 @@ class _Source:
         self.name = name
         self.data = data
         self.lines = lines
+        self.overrides: dict[Path_, str] = {}  # path -> the --set assignment that wrote it
 
     def line_of(self, path: Path_) -> int | None:
         """Line of ``path`` or of its closest written ancestor."""
@@ -82,10 +84,13 @@ class _Source:
         return None
 
     def error(self, path: Path_, message: str) -> ScenarioError:
-        origin = self.lines.get(("--set", *path))
-        source = f"--set {_dotted(path)}" if origin is not None else self.name
-        line = None if origin is not None else self.line_of(path)
-        return ScenarioError(message, source=source, line=line, field=_dotted(path) or None)
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.overrides:
+                field = _dotted(path) if end < len(path) else None
+                return ScenarioError(message, source=f"--set {self.overrides[path[:end]]}",
+                                     field=field)
+        return ScenarioError(message, source=self.name, line=self.line_of(path),
+                             field=_dotted(path) or None)
 
 
 def _dotted(path: Sequence[str | int]) -> str:
@@ -167,7 +172,7 @@ def apply_override(src: _Source, assignment: str) -> None:
                                 source=f"--set {key}")
         node = child
     node[path[-1]] = value
-    src.lines[("--set", *path)] = 0
+    src.overrides[path] = assignment.strip()
 
 
 def _merge_presets(src: _Source) -> None:
@@ -205,17 +210,20 @@ def _expected_fields(path: Path_) -> list[str] | None:
 
 
 def _describe(src: _Source, exc: ValidationError) -> ScenarioError:
-    err = exc.errors()[0]
+    # A typo shows up twice (an unknown key and a missing one); the unknown key is the cause.
+    err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
     loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
     got = err.get("input")
     if err["type"] == "extra_forbidden":
-        allowed = _expected_fields(loc)
-        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+        allowed = _expected_fields(loc) or []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint += f" Expected one of: {', '.join(allowed)}" if allowed else ""
         return src.error(loc, f"unknown field {str(loc[-1])!r}{hint}")
     if err["type"] == "missing":
         return src.error(loc, "required field is missing")
     message = err["msg"].removeprefix("Value error, ")
-    shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
+    shown = "" if isinstance(got, dict | list) or repr(got) in message else f" (got {got!r})"
     return src.error(loc, f"{message}{shown}")
 
 

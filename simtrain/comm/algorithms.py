@@ -9,7 +9,8 @@ exactly the alpha-beta closed form, and under contention the flows slow down as 
 
 Multi-server rings use one channel per local GPU, each rotated so that it leaves a server
 through a different GPU (and so a different NIC), as NCCL's rings on rail-optimized
-clusters do; a single ring would push every byte through one NIC.
+clusters do; a single ring would push every byte through one NIC. Every inter-server hop
+joins GPUs of the same local index, so traffic stays on its rail (what NCCL's PXN achieves).
 """
 
 from __future__ import annotations
@@ -78,7 +79,16 @@ def ring_channels(ranks: Sequence[int], fabric: Fabric) -> list[list[int]]:
     if len(groups) == 1:
         return [list(ranks)]
     channels = min(len(g) for g in groups)
-    return [[r for g in groups for r in (g[c:] + g[:c])] for c in range(channels)]
+    orders = []
+    for c in range(channels):
+        order: list[int] = []
+        for j, g in enumerate(groups):
+            rotated = g[c:] + g[:c]
+            # Odd servers run the ring backwards so that every server-to-server hop joins
+            # the same local GPU index (the same rail / NIC) on both sides.
+            order.extend(rotated if j % 2 == 0 else rotated[::-1])
+        orders.append(order)
+    return orders
 
 
 def _ring_hops(order: Sequence[int]) -> list[tuple[int, int]]:

@@ -106,16 +106,27 @@ class FlowNetwork:
 
     def transfer(self, route: tuple[int, ...], nbytes: float) -> simpy.Event:
         """Start moving ``nbytes`` along ``route``; the returned event fires when it arrives."""
-        done = self.env.event()
-        for link in route:
-            self.bytes_on_link[link] += nbytes
-        if nbytes <= 0 or not route:
-            done.succeed()
-            return done
-        self._advance()
-        self._flows.append(_Flow(route=route, remaining=nbytes, done=done))
-        self._reschedule()
-        return done
+        return self.transfer_all([(route, nbytes)])[0]
+
+    def transfer_all(self, transfers: Sequence[tuple[tuple[int, ...], float]]) -> list[simpy.Event]:
+        """Start several flows at the same instant, recomputing rates once for all of them."""
+        events = []
+        started = False
+        for route, nbytes in transfers:
+            done = self.env.event()
+            events.append(done)
+            for link in route:
+                self.bytes_on_link[link] += nbytes
+            if nbytes <= 0 or not route:
+                done.succeed()
+                continue
+            if not started:
+                self._advance()
+                started = True
+            self._flows.append(_Flow(route=route, remaining=nbytes, done=done))
+        if started:
+            self._reschedule()
+        return events
 
     @property
     def active_flows(self) -> int:

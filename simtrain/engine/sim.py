@@ -117,10 +117,10 @@ class Executor:
         for phase in phases:
             if phase.latency > 0:
                 yield env.timeout(phase.latency)
-            transfers = [
-                self.network.transfer(self.fabric.route(src, dst), nbytes)
-                for src, dst, nbytes in phase.flows
-            ]
+            route = self.fabric.route
+            transfers = self.network.transfer_all(
+                [(route(src, dst), nbytes) for src, dst, nbytes in phase.flows]
+            )
             yield env.all_of(transfers)
         end = env.now
         meta = {**task.meta, "op": task.comm.op, "algorithm": algorithm,

@@ -62,13 +62,21 @@ def test_send_recv_is_alpha_plus_n_over_b(star_fabric):
     assert execute(g, fabric).end == pytest.approx(1.01e-4, rel=1e-9)
 
 
-def test_multi_server_rings_rotate_exit_gpus(ring_fabric):
+def test_multi_server_rings_rotate_exit_gpus_and_stay_on_rail(ring_fabric):
     fabric = ring_fabric(8, bandwidth=1.0, latency=0.0, gpus_per_server=4)
     channels = ring_channels(list(range(8)), fabric)
     assert len(channels) == 4
-    # Channel c leaves server 0 from its last element of the rotated list: ranks 3, 0, 1, 2.
-    assert [order[3] for order in channels] == [3, 0, 1, 2]
-    assert all(sorted(order) == list(range(8)) for order in channels)
+    # Channel c: server 0 runs [c, c+1, ..] and leaves from local (c-1) mod 4; server 1 runs
+    # backwards from local (c-1) to local c, then wraps to server 0's local c.
+    assert channels[1] == [1, 2, 3, 0, 4, 7, 6, 5]
+    for order in channels:
+        assert sorted(order) == list(range(8))
+        hops = [(order[i], order[(i + 1) % 8]) for i in range(8)]
+        crossing = [(a, b) for a, b in hops if a // 4 != b // 4]
+        assert len(crossing) == 2 and all(a % 4 == b % 4 for a, b in crossing)
+    # Each local GPU leaves server 0 in exactly one channel: one NIC per channel.
+    exits = sorted(order[3] for order in channels)
+    assert exits == [0, 1, 2, 3]
 
 
 def test_unknown_algorithm_is_a_clear_error(ring_fabric):

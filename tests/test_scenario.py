@@ -1,0 +1,102 @@
+"""Scenario loading: presets, overrides, and one-line errors that name file, line and field."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from simtrain import ScenarioError, load_scenario
+
+GOOD = """\
+name: t
+cluster:
+  preset: dgx-h100
+  nodes: 2
+  nic_bandwidth: 200Gbps
+model:
+  preset: llama3-8b
+  num_layers: 4
+training:
+  global_batch_size: 32
+  micro_batch_size: 2
+  seq_len: 4096
+parallelism:
+  ddp:
+    bucket_cap_mb: 50
+"""
+
+
+def _write(tmp_path, text, name="s.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_presets_merge_with_overrides_and_units_convert(tmp_path):
+    s = load_scenario(_write(tmp_path, GOOD))
+    assert s.cluster.nodes == 2 and s.cluster.gpu == "h100-sxm"
+    assert s.cluster.nic_bandwidth == 25e9  # 200 Gbit/s = 25e9 B/s
+    assert s.model.num_layers == 4 and s.model.hidden_size == 4096  # override + preset
+    assert s.parallelism.ddp.bucket_cap_bytes == 50 * 2**20
+    assert s.parallelism.ddp.first_bucket_bytes == 2**20
+
+
+def test_command_line_overrides(tmp_path):
+    s = load_scenario(_write(tmp_path, GOOD), ["cluster.nodes=4", "parallelism.ddp.overlap=false",
+                                               "training.global_batch_size=64"])
+    assert s.cluster.nodes == 4 and s.parallelism.ddp.overlap is False
+
+
+def test_dict_input_and_name_from_file(tmp_path):
+    s = load_scenario(_write(tmp_path, GOOD.replace("name: t\n", ""), name="mine.yaml"))
+    assert s.name == "mine"
+    d = load_scenario({"cluster": {"preset": "dgx-a100"}, "model": {"preset": "tiny-gpt"},
+                       "training": {"global_batch_size": 8}})
+    assert d.cluster.gpu == "a100-80gb"
+
+
+@pytest.mark.parametrize(("edit", "where", "says"), [
+    # unknown key, line 8 is "num_layers" -> replaced by a typo
+    (("  num_layers: 4", "  num_layer: 4"), ":8: model.num_layer:",
+     "unknown field 'num_layer'; did you mean 'num_layers'? Expected one of:"),
+    # wrong unit on line 5
+    (("200Gbps", "200Gbs"), ":5: cluster.nic_bandwidth:", "expected a bandwidth such as 400Gbps"),
+    # world size: 2 nodes x 8 = 16 GPUs, dp 12 on line 14
+    (("  ddp:", "  dp: 12\n  ddp:"), ":14: parallelism.dp:", "dp=12 does not match the cluster's 16"),
+    # wrong type on line 11
+    (("micro_batch_size: 2", "micro_batch_size: two"), ":11: training.micro_batch_size:",
+     "valid integer"),
+    # unknown preset on line 3
+    (("preset: dgx-h100", "preset: dgx-h1000"), ":3: cluster.preset:", "unknown cluster preset"),
+    # batch not divisible: 30 / (16 x 2)
+    (("global_batch_size: 32", "global_batch_size: 30"), ":10: training.global_batch_size:",
+     "use a multiple of 32"),
+])
+def test_bad_input_is_one_line_with_file_line_and_field(tmp_path, edit, where, says):
+    path = _write(tmp_path, GOOD.replace(*edit))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(str(path) + where), message
+    assert says in message
+
+
+def test_bad_override_names_the_assignment(tmp_path):
+    with pytest.raises(ScenarioError, match=r"^--set cluster.nodes=x: .*valid integer"):
+        load_scenario(_write(tmp_path, GOOD), ["cluster.nodes=x"])
+    with pytest.raises(ScenarioError, match="expected KEY=VALUE"):
+        load_scenario(_write(tmp_path, GOOD), ["cluster.nodes"])
+
+
+def test_yaml_syntax_error_has_a_line(tmp_path):
+    with pytest.raises(ScenarioError, match=r"s.yaml:4: not valid YAML"):
+        load_scenario(_write(tmp_path, "cluster:\n  preset: dgx-a100\n  nodes: [1\n"))
+
+
+def test_missing_section_and_file(tmp_path):
+    with pytest.raises(ScenarioError, match="training: required field is missing"):
+        load_scenario(_write(tmp_path, "cluster: {preset: dgx-a100}\nmodel: {preset: tiny-gpt}\n"))
+    with pytest.raises(ScenarioError, match="cannot read scenario file"):
+        load_scenario(tmp_path / "nope.yaml")
