@@ -124,7 +124,8 @@ def _read(source: str | Path | Mapping[str, Any]) -> _Source:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ScenarioError(f"cannot read scenario file: {exc.strerror}", source=str(path)) from None
+        raise ScenarioError(f"cannot read scenario file: {exc.strerror}",
+                            source=str(path)) from None
     return _parse_text(text, str(path))
 
 
@@ -182,8 +183,8 @@ def _merge_presets(src: _Source) -> None:
         if not isinstance(body, dict) or "preset" not in body:
             continue
         name = body["preset"]
-        key = str(name).lower() if name is not None else None
-        if key not in presets:
+        key = str(name).lower()
+        if name is None or key not in presets:
             raise src.error((section, "preset"),
                             f"unknown {section} preset {name!r}; expected one of: "
                             f"{', '.join(sorted(presets))}")

@@ -134,35 +134,33 @@ class Executor:
             )
         self.done[task.id].succeed()
 
+    def _stuck_at(self, rank: int) -> str:
+        where = [
+            f"{stream}:{task.name}" for (r, stream), task in sorted(self.position.items())
+            if r == rank and task is not None and not self.done[task.id].triggered
+        ]
+        return ", ".join(where) or "nothing: it stopped issuing work"
+
     def _diagnose(self) -> str:
         """Name the first blocked collective, the ranks waiting in it and the ranks missing."""
-        lines = []
-        for (rank, stream), task in sorted(self.position.items()):
-            if task is None or self.done[task.id].triggered:
+        head = f"simulation deadlocked at t={self.env.now:.6g}s: "
+        blocked = [
+            (key, task) for key, task in sorted(self.position.items())
+            if task is not None and not self.done[task.id].triggered
+        ]
+        for (_rank, stream), task in blocked:
+            if task.comm is None or task.id not in self.arrivals:
                 continue
-            if task.comm is not None and task.id in self.arrivals:
-                arrived = self.arrivals[task.id]
-                missing = [r for r in task.ranks if r not in arrived]
-                blockers = []
-                for r in missing:
-                    where = [
-                        f"{s}:{t.name}" for (rr, s), t in sorted(self.position.items())
-                        if rr == r and t is not None and not self.done[t.id].triggered
-                    ]
-                    blockers.append(f"rank {r} (stuck at {', '.join(where) or 'nothing'})")
-                lines.append(
-                    f"{task.comm.op} {task.name!r} on stream {stream!r}: ranks "
-                    f"{sorted(arrived)} wait since t={min(arrived.values()):.6g}s for "
-                    f"{'; '.join(blockers)}"
-                )
-                break
-        if not lines:
-            blocked = [
-                f"rank {r} {s}: {t.name!r}" for (r, s), t in sorted(self.position.items())
-                if t is not None and not self.done[t.id].triggered
-            ]
-            lines.append("tasks wait on each other in a cycle: " + "; ".join(blocked[:8]))
-        return "simulation deadlocked at t={:.6g}s: {}".format(self.env.now, lines[0])
+            arrived = self.arrivals[task.id]
+            missing = "; ".join(
+                f"rank {r} (stuck at {self._stuck_at(r)})" for r in task.ranks if r not in arrived
+            )
+            return (
+                f"{head}{task.comm.op} {task.name!r} on stream {stream!r}: ranks "
+                f"{sorted(arrived)} wait since t={min(arrived.values()):.6g}s for {missing}"
+            )
+        cycle = "; ".join(f"rank {r} {s}: {t.name!r}" for (r, s), t in blocked[:8])
+        return f"{head}tasks wait on each other in a cycle: {cycle}"
 
 
 def execute(

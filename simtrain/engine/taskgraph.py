@@ -160,7 +160,7 @@ class TaskGraph:
         deps: Iterable[int] = (),
         meta: Mapping[str, Any] | None = None,
     ) -> int:
-        """Add a point-to-point transfer; both ranks must reach it on ``stream`` (NCCL send/recv)."""
+        """Add a point-to-point transfer; both ranks must reach it on ``stream`` (send/recv)."""
         return self.collective(
             "send_recv", (src, dst), nbytes, name, kind=kind, stream=stream, deps=deps,
             algorithm="direct", meta=meta,

@@ -113,7 +113,8 @@ def lower_ddp(
     all_reduces = []
     for bucket in buckets:
         if plan.overlap:
-            deps = sorted({grad_ready[(r, owner[p.name])] for r in plan.ranks for p in bucket.params})
+            ops = {owner[p.name] for p in bucket.params}
+            deps = sorted({grad_ready[(r, op)] for r in plan.ranks for op in ops})
         else:
             deps = [last_backward[r] for r in plan.ranks]
         all_reduces.append(graph.collective(

@@ -46,7 +46,9 @@ class ParallelismConfig(BaseModel):
     ddp: DDPConfig = Field(default_factory=DDPConfig)
 
 
-def check_plan(dp: int, num_gpus: int, global_batch: int, micro_batch: int) -> list[tuple[str, str]]:
+def check_plan(
+    dp: int, num_gpus: int, global_batch: int, micro_batch: int
+) -> list[tuple[str, str]]:
     """Problems with a data-parallel plan as (field, message-with-fix) pairs; empty if fine."""
     problems: list[tuple[str, str]] = []
     if dp != num_gpus:

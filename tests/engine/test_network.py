@@ -85,16 +85,16 @@ def test_max_min_is_feasible_and_every_flow_has_a_saturated_bottleneck(caps, pic
     routes = [tuple(sorted({p % len(caps) for p in pick})) for pick in picks]
     rates = max_min_rates(routes, caps)
     load = [0.0] * len(caps)
-    for route, rate in zip(routes, rates):
+    for route, rate in zip(routes, rates, strict=True):
         for link in route:
             load[link] += rate
     for link, cap in enumerate(caps):
         assert load[link] <= cap * (1 + 1e-9)
     # Max-min optimality: each flow crosses a saturated link where it has the largest rate.
-    for route, rate in zip(routes, rates):
+    for route, rate in zip(routes, rates, strict=True):
         assert any(
             load[ln] >= caps[ln] * (1 - 1e-9)
-            and all(r <= rate * (1 + 1e-9) for rt, r in zip(routes, rates) if ln in rt)
+            and all(r <= rate * (1 + 1e-9) for rt, r in zip(routes, rates, strict=True) if ln in rt)
             for ln in route
         )
 
