@@ -63,7 +63,8 @@ def test_dict_input_and_name_from_file(tmp_path):
     # wrong unit on line 5
     (("200Gbps", "200Gbs"), ":5: cluster.nic_bandwidth:", "expected a bandwidth such as 400Gbps"),
     # world size: 2 nodes x 8 = 16 GPUs, dp 12 on line 14
-    (("  ddp:", "  dp: 12\n  ddp:"), ":14: parallelism.dp:", "dp=12 does not match the cluster's 16"),
+    (("  ddp:", "  dp: 12\n  ddp:"), ":14: parallelism.dp:",
+     "dp=12 does not match the cluster's 16"),
     # wrong type on line 11
     (("micro_batch_size: 2", "micro_batch_size: two"), ":11: training.micro_batch_size:",
      "valid integer"),
