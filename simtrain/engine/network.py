@@ -105,7 +105,7 @@ class FlowNetwork:
         self.bytes_on_link = [0.0] * len(self.capacity)
 
     def transfer(self, route: tuple[int, ...], nbytes: float) -> simpy.Event:
-        """Start moving ``nbytes`` along ``route``; the returned event fires when it arrives."""
+        """Start moving ``nbytes`` along ``route``; the event fires (value: the time) on arrival."""
         return self.transfer_all([(route, nbytes)])[0]
 
     def transfer_all(self, transfers: Sequence[tuple[tuple[int, ...], float]]) -> list[simpy.Event]:
@@ -118,7 +118,7 @@ class FlowNetwork:
             for link in route:
                 self.bytes_on_link[link] += nbytes
             if nbytes <= 0 or not route:
-                done.succeed()
+                done.succeed(self.env.now)
                 continue
             if not started:
                 self._advance()
@@ -164,7 +164,7 @@ class FlowNetwork:
         still: list[_Flow] = []
         for flow in self._flows:
             if flow.finish <= horizon:
-                flow.done.succeed()
+                flow.done.succeed(now)
             else:
                 still.append(flow)
         self._flows = still

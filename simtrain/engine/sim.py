@@ -19,7 +19,7 @@ import simpy
 from simtrain.comm.algorithms import lower
 from simtrain.engine.network import Fabric, FlowNetwork
 from simtrain.engine.taskgraph import Task, TaskGraph
-from simtrain.engine.timeline import Span, Timeline
+from simtrain.engine.timeline import FlowRecord, Span, Timeline
 
 
 class SimulationDeadlock(RuntimeError):
@@ -95,7 +95,7 @@ class Executor:
                     yield env.timeout(task.duration)
                 self.timeline.add(
                     Span(rank, stream, task.kind, task.name, start, env.now, task.bytes,
-                         task.flops, task.meta)
+                         task.flops, task.meta, task.id)
                 )
                 self.done[task.id].succeed()
             else:
@@ -118,10 +118,14 @@ class Executor:
             if phase.latency > 0:
                 yield env.timeout(phase.latency)
             route = self.fabric.route
-            transfers = self.network.transfer_all(
-                [(route(src, dst), nbytes) for src, dst, nbytes in phase.flows]
-            )
+            routes = [(route(src, dst), nbytes) for src, dst, nbytes in phase.flows]
+            transfers = self.network.transfer_all(routes)
+            began = env.now
             yield env.all_of(transfers)
+            self.timeline.flows.extend(
+                FlowRecord(began, ev.value, nbytes, path, task.id)
+                for (path, nbytes), ev in zip(routes, transfers, strict=True) if path
+            )
         end = env.now
         meta = {**task.meta, "op": task.comm.op, "algorithm": algorithm,
                 "group_size": len(task.ranks)}
@@ -130,7 +134,7 @@ class Executor:
             span_meta = {**meta, "waited_s": waited} if waited > 0 else meta
             self.timeline.add(
                 Span(rank, task.stream, task.kind, task.name, start, end, task.bytes, 0.0,
-                     span_meta)
+                     span_meta, task.id)
             )
         self.done[task.id].succeed()
 

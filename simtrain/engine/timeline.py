@@ -26,6 +26,7 @@ class Span:
     bytes: float = 0.0
     flops: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    task: int = -1  # id of the TaskGraph task this span executed (-1: not from a graph)
 
     @property
     def duration(self) -> float:
@@ -36,12 +37,28 @@ class Span:
         return self.kind in COMM_KINDS
 
 
+@dataclass(frozen=True, slots=True)
+class FlowRecord:
+    """One network flow: ``nbytes`` moved over the directed links ``route`` in [start, end)."""
+
+    start: float
+    end: float
+    nbytes: float
+    route: tuple[int, ...]
+    task: int = -1
+
+
 @dataclass
 class Timeline:
-    """All spans of one simulated step, in the order they finished (deterministic)."""
+    """All spans of one simulated step, in the order they finished (deterministic).
+
+    ``flows`` lists every network flow (for link utilisation); ``links`` may hold the
+    fabric's link objects so reports can name them.
+    """
 
     num_ranks: int
     spans: list[Span] = field(default_factory=list)
+    flows: list[FlowRecord] = field(default_factory=list)
 
     def add(self, span: Span) -> None:
         self.spans.append(span)
