@@ -22,10 +22,13 @@ _ABS_EPS = 1e-15
 
 
 class LinkLike(Protocol):
-    """What the network needs of a link: its capacity in bytes/s in one direction."""
+    """What the network needs of a link: capacity in bytes/s in one direction, and its kind."""
 
     @property
     def bandwidth(self) -> float: ...
+
+    @property
+    def kind(self) -> str: ...  # "nvlink", "pcie", "ib", "ethernet", "qpi"
 
 
 class Fabric(Protocol):
@@ -49,26 +52,38 @@ class _Flow:
     route: tuple[int, ...]
     remaining: float
     done: simpy.Event
+    cap: float = float("inf")
     rate: float = 0.0
     finish: float = 0.0
 
 
 def max_min_rates(
-    routes: Sequence[tuple[int, ...]], capacity: Sequence[float]
+    routes: Sequence[tuple[int, ...]],
+    capacity: Sequence[float],
+    caps: Sequence[float] | None = None,
 ) -> list[float]:
     """Max-min fair rates (bytes/s) for flows with the given routes over links of ``capacity``.
 
     Progressive filling: repeatedly find the link whose remaining capacity divided by its
-    unfrozen flows is smallest, give those flows that share, and remove them. A flow with an
-    empty route (same device) gets an infinite rate.
+    unfrozen flows is smallest, give those flows that share, and remove them. ``caps``
+    optionally bounds each flow's own rate (a protocol or host-staging limit), modelled as
+    a private link. A flow with an empty route (same device) gets an infinite rate.
     """
     rates = [0.0] * len(routes)
     remaining_cap: dict[int, float] = {}
     users: dict[int, list[int]] = {}
+    paths: list[tuple[int, ...]] = []
     for i, route in enumerate(routes):
         if not route:
             rates[i] = float("inf")
+            paths.append(route)
             continue
+        if caps is not None and caps[i] < float("inf"):
+            private = -1 - i  # negative ids never clash with real links
+            route = (*route, private)
+            remaining_cap[private] = caps[i]
+            users[private] = []
+        paths.append(route)
         for link in route:
             if link not in users:
                 users[link] = []
@@ -85,7 +100,7 @@ def max_min_rates(
                 continue
             frozen[i] = True
             rates[i] = share
-            for link in routes[i]:
+            for link in paths[i]:
                 remaining_cap[link] -= share
                 active_count[link] -= 1
                 if active_count[link] == 0:
@@ -93,12 +108,43 @@ def max_min_rates(
     return rates
 
 
+def isolated_time(
+    flows: Sequence[tuple[tuple[int, ...], float]],
+    capacity: Sequence[float],
+    caps: Sequence[float] | None = None,
+) -> float:
+    """Seconds until the last of ``flows`` (route, bytes) ends when they start together alone.
+
+    The same max-min sharing as the engine, without SimPy: used to predict an algorithm's
+    uncongested time (for NCCL-style selection) and in tests.
+    """
+    active = [(route, nbytes, i) for i, (route, nbytes) in enumerate(flows) if nbytes > 0 and route]
+    now = 0.0
+    remaining = {i: nbytes for _, nbytes, i in active}
+    while active:
+        rates = max_min_rates([r for r, _, _ in active], capacity,
+                              None if caps is None else [caps[i] for _, _, i in active])
+        step = min(remaining[i] / rate for (_, _, i), rate in zip(active, rates, strict=True))
+        now += step
+        still = []
+        for (route, nbytes, i), rate in zip(active, rates, strict=True):
+            remaining[i] -= rate * step
+            if remaining[i] > nbytes * 1e-12:
+                still.append((route, nbytes, i))
+        active = still
+    return now
+
+
 class FlowNetwork:
     """Executes byte transfers as flows sharing link bandwidth inside a SimPy environment."""
 
-    def __init__(self, env: simpy.Environment, links: Sequence[LinkLike]) -> None:
+    def __init__(
+        self, env: simpy.Environment, links: Sequence[LinkLike],
+        capacity: Sequence[float] | None = None,
+    ) -> None:
         self.env = env
-        self.capacity = [link.bandwidth for link in links]
+        # Usable bytes/s per link: line rate unless the caller derates it (protocol overhead).
+        self.capacity = list(capacity) if capacity is not None else [ln.bandwidth for ln in links]
         self._flows: list[_Flow] = []
         self._last_update = 0.0
         self._version = 0
@@ -108,8 +154,13 @@ class FlowNetwork:
         """Start moving ``nbytes`` along ``route``; the event fires (value: the time) on arrival."""
         return self.transfer_all([(route, nbytes)])[0]
 
-    def transfer_all(self, transfers: Sequence[tuple[tuple[int, ...], float]]) -> list[simpy.Event]:
-        """Start several flows at the same instant, recomputing rates once for all of them."""
+    def transfer_all(
+        self, transfers: Sequence[tuple[tuple[int, ...], float]], cap: float = float("inf")
+    ) -> list[simpy.Event]:
+        """Start several flows at the same instant, recomputing rates once for all of them.
+
+        ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing.
+        """
         events = []
         started = False
         for route, nbytes in transfers:
@@ -123,7 +174,7 @@ class FlowNetwork:
             if not started:
                 self._advance()
                 started = True
-            self._flows.append(_Flow(route=route, remaining=nbytes, done=done))
+            self._flows.append(_Flow(route=route, remaining=nbytes, done=done, cap=cap))
         if started:
             self._reschedule()
         return events
@@ -142,7 +193,10 @@ class FlowNetwork:
         self._last_update = now
 
     def _reschedule(self) -> None:
-        rates = max_min_rates([f.route for f in self._flows], self.capacity)
+        caps = [f.cap for f in self._flows]
+        capped = any(c < float("inf") for c in caps)
+        rates = max_min_rates([f.route for f in self._flows], self.capacity,
+                              caps if capped else None)
         now = self.env.now
         soonest = float("inf")
         for flow, rate in zip(self._flows, rates, strict=True):

@@ -16,7 +16,8 @@ from typing import Any
 
 import simpy
 
-from simtrain.comm.algorithms import lower
+from simtrain.comm.algorithms import Call
+from simtrain.comm.model import CommModel
 from simtrain.engine.network import Fabric, FlowNetwork
 from simtrain.engine.taskgraph import Task, TaskGraph
 from simtrain.engine.timeline import FlowRecord, Span, Timeline
@@ -34,8 +35,11 @@ class Executor:
         graph: TaskGraph,
         fabric: Fabric,
         *,
-        collective_latency: float = 0.0,
+        comm: CommModel | None = None,
+        collective_latency: float | None = None,
         hangs: Mapping[int, float] | None = None,
+        delays: Mapping[int, float] | None = None,
+        slowdowns: Mapping[int, float] | None = None,
     ):
         if graph.num_ranks > fabric.num_gpus:
             raise ValueError(
@@ -44,10 +48,12 @@ class Executor:
             )
         self.graph = graph
         self.fabric = fabric
-        self.collective_latency = collective_latency
+        self.comm = comm or CommModel(fabric, launch_latency=collective_latency)
         self.hangs = dict(hangs or {})
+        self.delays = dict(delays or {})
+        self.slowdowns = dict(slowdowns or {})
         self.env = simpy.Environment()
-        self.network = FlowNetwork(self.env, fabric.links)
+        self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
         self.done = [self.env.event() for _ in graph.tasks]
         self.arrivals: dict[int, dict[int, float]] = {}
         self.position: dict[tuple[int, str], Task | None] = {}
@@ -82,6 +88,9 @@ class Executor:
     def _stream(self, rank: int, stream: str, tasks: list[Task]) -> Generator[Any, Any, None]:
         env = self.env
         hang_at = self.hangs.get(rank)
+        slowdown = self.slowdowns.get(rank, 1.0)
+        if self.delays.get(rank, 0.0) > 0:
+            yield env.timeout(self.delays[rank])  # a straggler starts its step late
         for task in tasks:
             self.position[(rank, stream)] = task
             pending = self._relevant_deps(task, rank)
@@ -92,7 +101,7 @@ class Executor:
             if task.comm is None:
                 start = env.now
                 if task.duration > 0:
-                    yield env.timeout(task.duration)
+                    yield env.timeout(task.duration * slowdown)
                 self.timeline.add(
                     Span(rank, stream, task.kind, task.name, start, env.now, task.bytes,
                          task.flops, task.meta, task.id)
@@ -110,16 +119,18 @@ class Executor:
         env = self.env
         assert task.comm is not None
         start = env.now
-        algorithm, phases = lower(task.comm.op, task.comm.algorithm, task.ranks,
-                                  task.comm.nbytes, self.fabric)
-        if phases and self.collective_latency > 0:
-            yield env.timeout(self.collective_latency)
-        for phase in phases:
+        spec = task.comm
+        plan = self.comm.plan(Call(spec.op, task.ranks, spec.nbytes, spec.splits),
+                              spec.algorithm)
+        if plan.phases and plan.launch_latency > 0:
+            yield env.timeout(plan.launch_latency)
+        route = self.fabric.route
+        for phase, cap in zip(plan.phases, plan.flow_caps, strict=True):
             if phase.latency > 0:
                 yield env.timeout(phase.latency)
-            route = self.fabric.route
-            routes = [(route(src, dst), nbytes) for src, dst, nbytes in phase.flows]
-            transfers = self.network.transfer_all(routes)
+            routes = [(route(src, dst), nbytes * plan.wire_factor)
+                      for src, dst, nbytes in phase.flows]
+            transfers = self.network.transfer_all(routes, cap)
             began = env.now
             yield env.all_of(transfers)
             self.timeline.flows.extend(
@@ -127,8 +138,8 @@ class Executor:
                 for (path, nbytes), ev in zip(routes, transfers, strict=True) if path
             )
         end = env.now
-        meta = {**task.meta, "op": task.comm.op, "algorithm": algorithm,
-                "group_size": len(task.ranks)}
+        meta = {**task.meta, "op": spec.op, "algorithm": plan.algorithm,
+                "protocol": plan.protocol, "group_size": len(task.ranks)}
         for rank in task.ranks:
             waited = start - arrived[rank]
             span_meta = {**meta, "waited_s": waited} if waited > 0 else meta
@@ -171,12 +182,19 @@ def execute(
     graph: TaskGraph,
     fabric: Fabric,
     *,
-    collective_latency: float = 0.0,
+    comm: CommModel | None = None,
+    collective_latency: float | None = None,
     hangs: Mapping[int, float] | None = None,
+    delays: Mapping[int, float] | None = None,
+    slowdowns: Mapping[int, float] | None = None,
 ) -> Timeline:
     """Run ``graph`` on ``fabric``.
 
-    ``collective_latency`` is a fixed launch cost per collective; ``hangs`` maps a rank to
-    the time at which it stops issuing work (a hung process), which blocks its groups.
+    ``comm`` chooses and lowers collectives (default: the ideal backend, line-rate links, no
+    software latency — the alpha-beta closed forms); ``collective_latency`` overrides its
+    launch latency. Faults: ``hangs`` maps a rank to the time it stops issuing work (a hung
+    process, which blocks its groups); ``delays`` makes a rank start late by that many
+    seconds; ``slowdowns`` multiplies a rank's compute durations.
     """
-    return Executor(graph, fabric, collective_latency=collective_latency, hangs=hangs).run()
+    return Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
+                    hangs=hangs, delays=delays, slowdowns=slowdowns).run()

@@ -9,7 +9,7 @@ tasks added before it, so the graph is acyclic by construction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +20,12 @@ COMM_OPS = (
     "all_gather",
     "broadcast",
     "reduce",
+    "scatter",
+    "gather",
     "all_to_all",
+    "all_to_all_v",
     "send_recv",
+    "barrier",
 )
 
 
@@ -32,6 +36,7 @@ class CommSpec:
     op: str
     nbytes: float
     algorithm: str = "auto"
+    splits: tuple[tuple[float, ...], ...] | None = None  # all_to_all_v: bytes i -> j
 
 
 @dataclass(slots=True)
@@ -124,9 +129,11 @@ class TaskGraph:
         stream: str = "comm",
         deps: Iterable[int] = (),
         algorithm: str = "auto",
+        splits: Sequence[Sequence[float]] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> int:
-        """Add a collective ``op`` of ``nbytes`` over ``ranks`` (in ring order); returns its id."""
+        """Add a collective ``op`` of ``nbytes`` over ``ranks`` (ranks[0] is the root where one
+        is needed); ``splits[i][j]`` gives all-to-all-v's bytes from ranks[i] to ranks[j]."""
         if op not in COMM_OPS:
             raise TaskGraphError(f"unknown communication op {op!r}; known: {', '.join(COMM_OPS)}")
         if nbytes < 0:
@@ -134,6 +141,15 @@ class TaskGraph:
         group = tuple(ranks)
         if not group:
             raise TaskGraphError(f"task {name!r} has an empty group")
+        matrix = None
+        if op == "all_to_all_v":
+            if splits is None or len(splits) != len(group) or any(
+                len(row) != len(group) for row in splits
+            ):
+                raise TaskGraphError(
+                    f"all_to_all_v {name!r} needs a {len(group)}x{len(group)} splits matrix")
+            matrix = tuple(tuple(float(x) for x in row) for row in splits)
+            nbytes = max(sum(row) for row in matrix)
         return self._add(
             Task(
                 id=len(self.tasks),
@@ -143,7 +159,7 @@ class TaskGraph:
                 stream=stream,
                 bytes=nbytes,
                 deps=tuple(deps),
-                comm=CommSpec(op=op, nbytes=nbytes, algorithm=algorithm),
+                comm=CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix),
                 meta=dict(meta or {}),
             )
         )

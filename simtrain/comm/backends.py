@@ -1,0 +1,197 @@
+"""Communication backend profiles: NCCL, Gloo, MPI — latencies, protocols, link efficiency.
+
+A backend says which algorithms exist per op, which protocols it has (NCCL's LL, LL128,
+Simple; one "Simple" protocol elsewhere), the latency of a collective launch and of one
+algorithm step over a link class, how much of a link's line rate its transfers reach, and
+which algorithm/protocol it picks for a call. An "ideal" profile (zero overheads, line
+rate) exists for checking lowerings against closed forms.
+
+NCCL constants: NVIDIA/nccl src/graph/tuning.cc and topo.h, NCCL 2.30.7 (commit 5067397c),
+transcribed in ../shared/reference/nccl.yaml. Protocol wire factors: LL sends 8-byte lines
+of 4 data + 4 flag bytes (x2 on the wire); LL128 and the tree's bandwidth factors follow
+tuning.cc's refinements (0.92 for LL128 ring; tree LL /3.8; tree LL128 7/9 on one node,
+120/128 across nodes); Simple moves payload only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+US = 1e-6
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# tuning.cc baseLat[algo][proto] (us), NCCL 2.30.7. Other algorithms use the ring's row.
+_NCCL_BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}
+# tuning.cc hwLat[link][algo][proto] (us): per step over NVLink, PCIe, network.
+_NCCL_HW = {
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
+}
+# tuning.cc llMaxBws (GB/s) by GPU arch on one node; index by node count 1, 2, 4+.
+_NCCL_LL_MAX = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
+                "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
+# NVLink bandwidth NCCL's topology search assumes per link (topo.h SMxx_NVLINK_BW, GB/s)
+# over the per-link line rate (25 GB/s NVLink2-4, 50 GB/s NVLink5): the fraction of line
+# rate SM-driven NVLink copies reach with 128-byte payloads (sjeaugey, nccl-tests#149:
+# "~20GB/s effective with a 128B payload" of 25). 12 A100 links -> 240 GB/s (measured ~230);
+# 18 H100 links x 20.6 = 370.8 GB/s (maintainer: ~370).
+_NVLINK_EFFICIENCY = {"volta": 20.0 / 25, "ampere": 20.0 / 25, "hopper": 20.6 / 25,
+                      "blackwell": 40.1 / 50, "cdna3": 0.8}
+# InfiniBand/RoCE: NCCL reaches 24 of 25 GB/s on HDR (nccl#412) and 48-49 of 50 on NDR
+# (nccl-tests#267): 0.96. PCIe: topo.h models a Gen3 x16 path at 12 of 16 GB/s: 0.75.
+_LINK_EFFICIENCY = {"ib": 0.96, "ethernet": 0.96, "pcie": 0.75, "qpi": 1.0}
+
+
+def link_class(kinds: set[str], same_server: bool) -> str:
+    """NCCL's latency class of a hop: "nvlink", "pci" inside a server, "net" across."""
+    if not same_server:
+        return "net"
+    return "nvlink" if "nvlink" in kinds else "pci"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A collective library's cost profile; see the module docstring for sources."""
+
+    name: str
+    protocols: tuple[str, ...]
+    # Algorithms the library implements, per op; "auto" chooses among ``auto_algorithms``.
+    algorithms: Mapping[str, tuple[str, ...]]
+    auto_algorithms: Mapping[str, tuple[str, ...]]
+    # Fixed per-step software latency (s) added to the hop's route latency (non-NCCL).
+    step_overhead: float = 0.0
+    launch_latency: float = 0.0
+    # Per-flow rate limit (bytes/s): e.g. staging through host memory.
+    flow_cap: float = float("inf")
+    link_efficiency: Mapping[str, float] = field(default_factory=dict)
+    # Fixed size rules instead of a cost model, as MPICH does: per op, (max bytes,
+    # algorithm) pairs tried in order; an algorithm that cannot run (e.g. halving-doubling
+    # on a non-power-of-two group) falls through to the next rule.
+    size_rules: Mapping[str, tuple[tuple[float, str], ...]] = field(default_factory=dict)
+
+    # -- latency ---------------------------------------------------------------------------
+    def base_latency(self, algorithm: str, protocol: str) -> float:
+        """Seconds paid once per collective launch."""
+        if self.name == "nccl":
+            row = _NCCL_BASE["tree" if algorithm == "tree" else "ring"]
+            return row[PROTOCOLS.index(protocol)] * US
+        return self.launch_latency
+
+    def hop_latency(self, route_latency: float, cls: str, algorithm: str, protocol: str) -> float:
+        """Alpha of one step over a hop of class ``cls`` with the given route latency."""
+        if self.name == "nccl":
+            row = _NCCL_HW[cls]["tree" if algorithm == "tree" else "ring"]
+            return max(route_latency, row[PROTOCOLS.index(protocol)] * US)
+        return route_latency + self.step_overhead
+
+    # -- bandwidth -------------------------------------------------------------------------
+    def efficiency(self, kind: str, arch: str) -> float:
+        """Fraction of a link's line rate this backend's transfers reach."""
+        if kind == "nvlink":
+            return self.link_efficiency.get("nvlink", _NVLINK_EFFICIENCY.get(arch, 0.8))
+        return self.link_efficiency.get(kind, 1.0)
+
+    def wire_factor(self, algorithm: str, protocol: str, nodes: int) -> float:
+        """Bytes on the wire per payload byte (the protocol's bandwidth cost)."""
+        if protocol == "LL":
+            return 3.8 if algorithm == "tree" else 2.0
+        if protocol == "LL128":
+            if algorithm == "tree":
+                return 9 / 7 if nodes == 1 else 128 / 120
+            return 1 / 0.92
+        return 1 / 0.92 if (self.name == "nccl" and algorithm == "tree") else 1.0
+
+    def bandwidth_cap(self, protocol: str, arch: str, nodes: int) -> float:
+        """Upper bound on a rank's bus bandwidth (bytes/s) for ``protocol`` (NCCL's LL cap)."""
+        if self.name == "nccl" and protocol == "LL":
+            row = _NCCL_LL_MAX.get(arch, _NCCL_LL_MAX["ampere"])
+            return row[min(nodes, 4).bit_length() - 1] * 1e9
+        return float("inf")
+
+
+_ALL_ALGORITHMS = {
+    "all_reduce": ("ring", "tree", "bidirectional_ring", "binomial", "recursive_doubling",
+                   "halving_doubling", "hierarchical", "ring_2d"),
+    "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling"),
+    "all_gather": ("ring", "bidirectional_ring", "recursive_doubling", "halving_doubling"),
+    "broadcast": ("ring", "binomial"),
+    "reduce": ("ring", "binomial"),
+    "scatter": ("direct", "binomial"),
+    "gather": ("direct", "binomial"),
+    "all_to_all": ("direct", "pairwise"),
+    "all_to_all_v": ("direct", "pairwise"),
+    "send_recv": ("direct",),
+    "barrier": ("dissemination",),
+}
+
+NCCL = Backend(
+    name="nccl",
+    protocols=PROTOCOLS,
+    algorithms=_ALL_ALGORITHMS,
+    # NCCL's tuner weighs ring against tree for all-reduce; other ops run rings (NVLS and
+    # CollNet need NVSwitch/SHARP hardware support and are not modelled). Its all-to-all
+    # and scatter/gather are grouped send/recv, all peers at once.
+    auto_algorithms={"all_reduce": ("ring", "tree"), "scatter": ("direct",),
+                     "gather": ("direct",), "all_to_all": ("direct",),
+                     "all_to_all_v": ("direct",)},
+    link_efficiency={"ib": 0.96, "ethernet": 0.96, "pcie": 0.75, "qpi": 1.0},
+)
+
+# Gloo (pytorch/gloo): CPU collectives over TCP. GPU tensors are staged through host
+# memory, and intra-node traffic does not use NVLink; we cap each flow at an assumed
+# 10 GB/s host-staging rate (pinned-memory copies plus TCP; an assumption, not measured)
+# and add an assumed 20 us per message for the kernel TCP stack. Gloo implements ring,
+# ring-chunked and halving-doubling all-reduce, one-to-all broadcast and pairwise
+# all-to-all (gloo/allreduce.h, broadcast.h, alltoall.h).
+GLOO = Backend(
+    name="gloo",
+    protocols=("Simple",),
+    algorithms={"all_reduce": ("ring", "halving_doubling", "binomial"),
+                "reduce_scatter": ("ring", "halving_doubling"), "all_gather": ("ring",),
+                "broadcast": ("binomial", "ring"), "reduce": ("binomial", "ring"),
+                "scatter": ("direct",), "gather": ("direct",),
+                "all_to_all": ("pairwise", "direct"), "all_to_all_v": ("pairwise", "direct"),
+                "send_recv": ("direct",), "barrier": ("dissemination",)},
+    # gloo::allreduce runs the ring unless told otherwise (AllreduceOptions::Algorithm).
+    auto_algorithms={"all_reduce": ("ring",)},
+    step_overhead=20 * US,
+    launch_latency=20 * US,
+    flow_cap=10e9,
+    link_efficiency={"ib": 0.9, "ethernet": 0.9, "pcie": 0.75, "nvlink": 1.0},
+)
+
+# MPI (MPICH/Open MPI, CUDA-aware): algorithm choice by message size after Thakur,
+# Rabenseifner and Gropp (IJHPCA 2005): recursive doubling below 2 KiB, Rabenseifner's
+# halving-doubling above (ring when the group is not a power of two); binomial broadcast
+# for short messages; pairwise all-to-all. About 2 us of software latency per message
+# (typical UCX/verbs small-message latency; an assumption).
+_INF = float("inf")
+MPI = Backend(
+    name="mpi",
+    protocols=("Simple",),
+    algorithms={**_ALL_ALGORITHMS, "all_reduce": ("recursive_doubling", "halving_doubling",
+                                                  "ring", "binomial")},
+    auto_algorithms={},
+    size_rules={
+        "all_reduce": ((2048, "recursive_doubling"), (_INF, "halving_doubling"),
+                       (_INF, "ring")),
+        "all_gather": ((512 * 1024, "recursive_doubling"), (_INF, "ring")),
+        "reduce_scatter": ((_INF, "halving_doubling"), (_INF, "ring")),
+        "broadcast": ((12 * 1024, "binomial"), (_INF, "ring")),
+        "reduce": ((2048, "binomial"), (_INF, "ring")),
+        "scatter": ((_INF, "binomial"),), "gather": ((_INF, "binomial"),),
+        "all_to_all": ((_INF, "pairwise"),), "all_to_all_v": ((_INF, "pairwise"),),
+    },
+    step_overhead=2 * US,
+    launch_latency=2 * US,
+    link_efficiency={"ib": 0.96, "ethernet": 0.96, "pcie": 0.75, "nvlink": 0.8},
+)
+
+# Zero overheads at line rate: the alpha-beta closed forms exactly (tests, what-ifs).
+IDEAL = Backend(name="ideal", protocols=("Simple",), algorithms=_ALL_ALGORITHMS,
+                auto_algorithms={}, link_efficiency={"nvlink": 1.0, "ib": 1.0,
+                                                     "ethernet": 1.0, "pcie": 1.0})
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (NCCL, GLOO, MPI, IDEAL)}

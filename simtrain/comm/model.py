@@ -1,0 +1,205 @@
+"""The communication model the engine asks: which algorithm and protocol, and which flows.
+
+``CommModel.plan(call)`` chooses an algorithm and protocol the way NCCL's tuner does —
+predict each candidate's time on an idle network (launch latency + per-step hop latencies
++ wire bytes over the bottleneck bandwidth, with the protocol's bandwidth factors and
+caps) and take the fastest — then returns the lowering's phases for the engine to run as
+flows. The prediction uses the same lowerings and max-min sharing as the simulation, so
+the choice and the simulated time agree on an uncongested network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from simtrain.comm.algorithms import ALGORITHMS, AlgorithmError, Call, Context, Phase, lowering
+from simtrain.comm.backends import BACKENDS, IDEAL, Backend, link_class
+from simtrain.engine.network import Fabric, isolated_time
+
+# nccl-tests bus bandwidth factor per op (../shared/reference/nccl.yaml), n = group size.
+BUSBW_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "all_to_all_v": lambda n: (n - 1) / n,
+}
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """busbw / algbw for ``op`` over ``n`` ranks (1 for broadcast, reduce, send/recv...)."""
+    return BUSBW_FACTOR.get(op, lambda _n: 1.0)(n) if n > 1 else 1.0
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A chosen algorithm and protocol and what the engine must run for it."""
+
+    algorithm: str
+    protocol: str
+    launch_latency: float
+    phases: list[Phase]
+    wire_factor: float
+    flow_caps: list[float]  # per phase: each flow's rate limit (wire bytes/s)
+    predicted_s: float
+
+
+class CommModel:
+    """Algorithm choice and lowering for one backend on one fabric."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        backend: Backend | str = IDEAL,
+        *,
+        arch: str = "",
+        algorithms: Mapping[str, str] | None = None,
+        protocol: str = "auto",
+        launch_latency: float | None = None,
+    ) -> None:
+        self.fabric = fabric
+        self.backend = BACKENDS[backend] if isinstance(backend, str) else backend
+        self.arch = arch
+        self.forced = dict(algorithms or {})
+        self.forced_protocol = protocol
+        self.launch_override = launch_latency
+        self.capacity = [ln.bandwidth * self.backend.efficiency(ln.kind, arch)
+                         for ln in fabric.links]
+        self._kinds = [ln.kind for ln in fabric.links]
+        if protocol != "auto" and protocol not in self.backend.protocols:
+            raise ValueError(f"protocol {protocol!r} is not offered by {self.backend.name}; "
+                             f"choose one of: auto, {', '.join(self.backend.protocols)}")
+        self._lat_cache: dict[tuple[int, int, str, str], float] = {}
+        self._predict = lru_cache(maxsize=4096)(self._predict_uncached)
+
+    # -- latency ---------------------------------------------------------------------------
+    def _hop(self, a: int, b: int, algorithm: str, protocol: str) -> float:
+        key = (a, b, algorithm, protocol)
+        if key not in self._lat_cache:
+            route = self.fabric.route(a, b)
+            same = self.fabric.server_of(a) == self.fabric.server_of(b)
+            cls = link_class({self._kinds[i] for i in route}, same)
+            self._lat_cache[key] = self.backend.hop_latency(
+                self.fabric.route_latency(route), cls, algorithm, protocol)
+        return self._lat_cache[key]
+
+    def context(self, algorithm: str, protocol: str) -> Context:
+        return Context(self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol))
+
+    def _nodes(self, ranks: Sequence[int]) -> int:
+        return len({self.fabric.server_of(r) for r in ranks})
+
+    # -- choice ----------------------------------------------------------------------------
+    def candidates(
+        self, op: str, algorithm: str = "auto", nbytes: float = 0.0
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(algorithms, protocols) the choice ranges over for ``op``.
+
+        ``algorithm`` (from the task) wins over the configured choice for ``op``, which wins
+        over a global ("*") one; a global choice applies only to ops that have it.
+        """
+        available = self.backend.algorithms.get(op, ())
+        if not available:
+            raise AlgorithmError(f"{self.backend.name} does not implement {op}")
+        explicit = algorithm != "auto" or op in self.forced
+        forced = algorithm if algorithm != "auto" else self.forced.get(
+            op, self.forced.get("*", "auto"))
+        if forced != "auto":
+            if forced not in available:
+                if explicit:
+                    raise AlgorithmError(
+                        f"algorithm {forced!r} is not available for {op} on "
+                        f"{self.backend.name}; choose one of: auto, {', '.join(available)}")
+                forced = "auto"  # a global choice applies only where it exists
+        rules = self.backend.size_rules.get(op)
+        if forced != "auto":
+            algos: tuple[str, ...] = (forced,)
+        elif rules:
+            algos = tuple(alg for limit, alg in rules if nbytes <= limit)
+        else:
+            algos = self.backend.auto_algorithms.get(op) or available[:1]
+        protos = self.backend.protocols if self.forced_protocol == "auto" else (
+            self.forced_protocol,)
+        return algos, protos
+
+    def _phases(self, call: Call, algorithm: str, protocol: str) -> list[Phase]:
+        return lowering(call.op, algorithm)(call, self.context(algorithm, protocol))
+
+    def flow_cap(self, phase: Phase, wire: float, protocol: str, nodes: int) -> float:
+        """Rate limit of each flow of ``phase`` (wire bytes/s).
+
+        The backend's per-flow limit, and the protocol's cap on a rank's bus bandwidth
+        (NCCL's LL) shared by the flows one rank sends at once.
+        """
+        cap = self.backend.flow_cap
+        bus_cap = self.backend.bandwidth_cap(protocol, self.arch, nodes)
+        if bus_cap < float("inf") and phase.flows:
+            senders: dict[int, int] = {}
+            for src, _dst, _nb in phase.flows:
+                senders[src] = senders.get(src, 0) + 1
+            cap = min(cap, bus_cap * wire / max(senders.values()))
+        return cap
+
+    def _predict_uncached(self, call: Call, algorithm: str, protocol: str) -> float:
+        phases = self._phases(call, algorithm, protocol)
+        if not phases:
+            return 0.0
+        nodes = self._nodes(call.ranks)
+        wire = self.backend.wire_factor(algorithm, protocol, nodes)
+        route = self.fabric.route
+        transfer = 0.0
+        for ph in phases:
+            cap = self.flow_cap(ph, wire, protocol, nodes)
+            transfer += isolated_time([(route(a, b), nb * wire) for a, b, nb in ph.flows],
+                                      self.capacity,
+                                      None if cap == float("inf") else [cap] * len(ph.flows))
+        latency = sum(ph.latency for ph in phases)
+        return self._launch(algorithm, protocol) + latency + transfer
+
+    def _launch(self, algorithm: str, protocol: str) -> float:
+        if self.launch_override is not None:
+            return self.launch_override
+        return self.backend.base_latency(algorithm, protocol)
+
+    def predict(self, call: Call, algorithm: str, protocol: str) -> float:
+        """Seconds ``call`` takes with ``algorithm``/``protocol`` on an idle network."""
+        return self._predict(call, algorithm, protocol)
+
+    def plan(self, call: Call, algorithm: str = "auto") -> Lowered:
+        """Choose the fastest candidate for ``call`` and lower it to phases."""
+        algos, protos = self.candidates(call.op, algorithm, call.nbytes)
+        first_that_runs = bool(self.backend.size_rules.get(call.op)) and algorithm == "auto"
+        best: tuple[float, str, str] | None = None
+        errors = []
+        for name in algos:
+            for protocol in protos:
+                try:
+                    t = self.predict(call, name, protocol)
+                except AlgorithmError as exc:
+                    errors.append(str(exc))
+                    break
+                if best is None or t < best[0]:
+                    best = (t, name, protocol)
+            if first_that_runs and best is not None:
+                break  # size rules: the first applicable algorithm that can run
+        if best is None:
+            raise AlgorithmError("; ".join(errors))
+        t, name, protocol = best
+        nodes = self._nodes(call.ranks)
+        wire = self.backend.wire_factor(name, protocol, nodes)
+        phases = self._phases(call, name, protocol)
+        return Lowered(
+            algorithm=name,
+            protocol=protocol,
+            launch_latency=self._launch(name, protocol),
+            phases=phases,
+            wire_factor=wire,
+            flow_caps=[self.flow_cap(ph, wire, protocol, nodes) for ph in phases],
+            predicted_s=t,
+        )
+
+
+def known_ops() -> list[str]:
+    return list(ALGORITHMS)
