@@ -1,24 +1,60 @@
-"""The scenario's ``comm:`` section: collective library settings."""
+"""The scenario's ``comm:`` section: which collective library and how it chooses."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from simtrain.comm.algorithms import ALGORITHMS
+from simtrain.comm.model import CommModel
+from simtrain.engine.network import Fabric
 from simtrain.units import Seconds
+
+_ALL_NAMES = sorted({name for table in ALGORITHMS.values() for name in table})
 
 
 class CommConfig(BaseModel):
-    """Collective communication settings shared by every process group."""
+    """Collective communication settings shared by every process group.
+
+    ``backend`` picks the cost profile (nccl by default; gloo, mpi; ideal = line rate and
+    no software latency). ``algorithm`` forces one algorithm wherever the op has it,
+    ``algorithms`` per op (e.g. ``{all_reduce: tree}``); ``protocol`` forces NCCL's LL,
+    LL128 or Simple. ``collective_latency`` overrides the backend's launch latency.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["nccl"] = "nccl"
-    # "auto" takes each op's default algorithm (ring for all-reduce/reduce-scatter/
-    # all-gather); forcing one is checked when the collective is lowered.
-    algorithm: Literal["auto", "ring"] = "auto"
-    # Fixed cost of launching one collective, paid once before its first step. Default:
-    # NCCL's base latency for ring/Simple, 8.4 us (src/graph/tuning.cc baseLat, NCCL
-    # 2.18-2.30; ../shared/reference/nccl.yaml). Per-step latencies come from the topology.
-    collective_latency: Seconds = 8.4e-6
+    backend: Literal["nccl", "gloo", "mpi", "ideal"] = "nccl"
+    algorithm: str = "auto"
+    algorithms: dict[str, str] = Field(default_factory=dict)
+    protocol: Literal["auto", "LL", "LL128", "Simple"] = "auto"
+    collective_latency: Seconds | None = None
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, value: str) -> str:
+        if value != "auto" and value not in _ALL_NAMES:
+            raise ValueError(f"unknown algorithm {value!r}; expected auto or one of: "
+                             f"{', '.join(_ALL_NAMES)}")
+        return value
+
+    @field_validator("algorithms")
+    @classmethod
+    def _known_per_op(cls, value: dict[str, str]) -> dict[str, str]:
+        for op, name in value.items():
+            if op not in ALGORITHMS:
+                raise ValueError(f"unknown collective {op!r}; expected one of: "
+                                 f"{', '.join(ALGORITHMS)}")
+            if name != "auto" and name not in ALGORITHMS[op]:
+                raise ValueError(f"{op} has no algorithm {name!r}; expected auto or one of: "
+                                 f"{', '.join(ALGORITHMS[op])}")
+        return value
+
+    def build(self, fabric: Fabric, arch: str) -> CommModel:
+        """The communication model for ``fabric`` with GPUs of architecture ``arch``."""
+        forced = dict(self.algorithms)
+        if self.algorithm != "auto":
+            forced.setdefault("*", self.algorithm)
+        return CommModel(fabric, self.backend, arch=arch, algorithms=forced,
+                         protocol=self.protocol, launch_latency=self.collective_latency)

@@ -134,7 +134,7 @@ class Executor:
             began = env.now
             yield env.all_of(transfers)
             self.timeline.flows.extend(
-                FlowRecord(began, ev.value, nbytes, path, task.id)
+                FlowRecord(began, float(ev.value), nbytes, path, task.id)
                 for (path, nbytes), ev in zip(routes, transfers, strict=True) if path
             )
         end = env.now
