@@ -12,7 +12,7 @@ never as a silent end.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
@@ -134,7 +134,7 @@ class Executor:
             began = env.now
             yield env.all_of(transfers)
             self.timeline.flows.extend(
-                FlowRecord(began, float(ev.value), nbytes, path, task.id)
+                FlowRecord(began, cast(float, ev.value), nbytes, path, task.id)
                 for (path, nbytes), ev in zip(routes, transfers, strict=True) if path
             )
         end = env.now
