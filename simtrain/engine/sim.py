@@ -40,7 +40,11 @@ class Executor:
         hangs: Mapping[int, float] | None = None,
         delays: Mapping[int, float] | None = None,
         slowdowns: Mapping[int, float] | None = None,
+        interference: float = 0.0,
     ):
+        if interference < 0:
+            raise ValueError(f"interference must be >= 0 (a fractional slowdown), got "
+                             f"{interference}")
         if graph.num_ranks > fabric.num_gpus:
             raise ValueError(
                 f"the task graph uses {graph.num_ranks} ranks but the cluster has only "
@@ -52,6 +56,9 @@ class Executor:
         self.hangs = dict(hangs or {})
         self.delays = dict(delays or {})
         self.slowdowns = dict(slowdowns or {})
+        self.interference = interference
+        self._comm_active: dict[int, int] = {}
+        self._comm_change: dict[int, simpy.Event] = {}
         self.env = simpy.Environment()
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
         self.done = [self.env.event() for _ in graph.tasks]
@@ -101,7 +108,11 @@ class Executor:
             if task.comm is None:
                 start = env.now
                 if task.duration > 0:
-                    yield env.timeout(task.duration * slowdown)
+                    if self.interference > 0:
+                        yield from self._compute_with_interference(
+                            rank, task.duration * slowdown)
+                    else:
+                        yield env.timeout(task.duration * slowdown)
                 self.timeline.add(
                     Span(rank, stream, task.kind, task.name, start, env.now, task.bytes,
                          task.flops, task.meta, task.id)
@@ -115,10 +126,32 @@ class Executor:
                 yield self.done[task.id]
         self.position[(rank, stream)] = None
 
+    def _compute_with_interference(self, rank: int, work: float) -> Generator[Any, Any, None]:
+        """Run ``work`` seconds of compute, slowed by 1 + interference while the rank's
+        collectives run (NCCL kernels take SMs and HBM bandwidth from the GEMMs)."""
+        env = self.env
+        remaining = work
+        while remaining > work * 1e-12:
+            rate = 1.0 / (1.0 + self.interference) if self._comm_active.get(rank) else 1.0
+            change = self._comm_change.setdefault(rank, env.event())
+            began = env.now
+            yield env.any_of([env.timeout(remaining / rate), change])
+            remaining -= (env.now - began) * rate
+
+    def _comm_state(self, ranks: tuple[int, ...], delta: int) -> None:
+        if self.interference <= 0:
+            return
+        for rank in ranks:
+            self._comm_active[rank] = self._comm_active.get(rank, 0) + delta
+            change = self._comm_change.pop(rank, None)
+            if change is not None:
+                change.succeed()
+
     def _communicate(self, task: Task, arrived: dict[int, float]) -> Generator[Any, Any, None]:
         env = self.env
         assert task.comm is not None
         start = env.now
+        self._comm_state(task.ranks, +1)
         spec = task.comm
         plan = self.comm.plan(Call(spec.op, task.ranks, spec.nbytes, spec.splits),
                               spec.algorithm)
@@ -138,6 +171,7 @@ class Executor:
                 for (path, nbytes), ev in zip(routes, transfers, strict=True) if path
             )
         end = env.now
+        self._comm_state(task.ranks, -1)
         meta = {**task.meta, "op": spec.op, "algorithm": plan.algorithm,
                 "protocol": plan.protocol, "group_size": len(task.ranks)}
         for rank in task.ranks:
@@ -187,6 +221,7 @@ def execute(
     hangs: Mapping[int, float] | None = None,
     delays: Mapping[int, float] | None = None,
     slowdowns: Mapping[int, float] | None = None,
+    interference: float = 0.0,
 ) -> Timeline:
     """Run ``graph`` on ``fabric``.
 
@@ -194,7 +229,9 @@ def execute(
     software latency — the alpha-beta closed forms); ``collective_latency`` overrides its
     launch latency. Faults: ``hangs`` maps a rank to the time it stops issuing work (a hung
     process, which blocks its groups); ``delays`` makes a rank start late by that many
-    seconds; ``slowdowns`` multiplies a rank's compute durations.
+    seconds; ``slowdowns`` multiplies a rank's compute durations. ``interference`` slows a
+    rank's compute by that fraction while one of its collectives runs (0 = none).
     """
     return Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
-                    hangs=hangs, delays=delays, slowdowns=slowdowns).run()
+                    hangs=hangs, delays=delays, slowdowns=slowdowns,
+                    interference=interference).run()

@@ -86,3 +86,24 @@ def test_graph_rejects_bad_input():
         g.compute(0, "x", 1.0, deps=[5])
     with pytest.raises(TaskGraphError, match="unknown communication op"):
         g.collective("allreduce", [0, 1], 1.0, "x")
+
+
+def test_compute_slows_while_a_collective_runs_on_the_rank(star_fabric):
+    # Rank 0 computes 10 s; an all-reduce of 2 ranks over 1e9 B/s links moving
+    # 2(P-1)/P x 4e9 = 4e9 B runs on its comm stream from t=0 to t=4 s. With interference
+    # 0.25, compute runs at 1/1.25 = 0.8 speed for those 4 s (3.2 s of work done), then
+    # at full speed for the remaining 6.8 s: it ends at 10.8 s.
+    def build():
+        g = TaskGraph(2)
+        g.compute(0, "gemm", 10.0)
+        g.collective("all_reduce", [0, 1], 4e9, "ar", stream="dp")
+        return g
+
+    fabric = star_fabric(2, 1e9, 0.0)
+    plain = {s.name: s for s in execute(build(), fabric) if s.rank == 0}
+    slowed = {s.name: s for s in execute(build(), fabric, interference=0.25) if s.rank == 0}
+    assert plain["gemm"].end == pytest.approx(10.0)
+    assert slowed["ar"].end == pytest.approx(4.0)
+    assert slowed["gemm"].end == pytest.approx(10.8)
+    with pytest.raises(ValueError, match="interference must be >= 0"):
+        execute(build(), fabric, interference=-0.1)
