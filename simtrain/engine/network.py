@@ -9,6 +9,7 @@ do not.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,10 +49,20 @@ class Fabric(Protocol):
 
 
 @dataclass(eq=False, slots=True)
+class _Batch:
+    """Flows started together; ``done`` fires with their finish times when the last ends."""
+
+    done: simpy.Event
+    finish: list[float]
+    pending: int
+
+
+@dataclass(eq=False, slots=True)
 class _Flow:
     route: tuple[int, ...]
     remaining: float
-    done: simpy.Event
+    batch: _Batch
+    index: int
     cap: float = float("inf")
     rate: float = 0.0
     finish: float = 0.0
@@ -91,20 +102,33 @@ def max_min_rates(
             users[link].append(i)
     frozen = [not route for route in routes]
     active_count = {link: len(flows) for link, flows in users.items()}
-    while active_count:
-        # Ties broken by link id so the result does not depend on dict order.
-        bottleneck = min(active_count, key=lambda ln: (remaining_cap[ln] / active_count[ln], ln))
-        share = remaining_cap[bottleneck] / active_count[bottleneck]
+    # Lazy min-heap of (fair share, link): a link's share only grows as flows freeze, so
+    # stale entries (share no longer current) are skipped when popped. Ties break on the
+    # link id, so the result does not depend on dict order.
+    current = {link: remaining_cap[link] / n for link, n in active_count.items()}
+    heap = [(share, link) for link, share in current.items()]
+    heapq.heapify(heap)
+    while heap:
+        share, bottleneck = heapq.heappop(heap)
+        if current.get(bottleneck) != share:
+            continue
+        del current[bottleneck]
         for i in users[bottleneck]:
             if frozen[i]:
                 continue
             frozen[i] = True
             rates[i] = share
             for link in paths[i]:
+                if link == bottleneck:
+                    continue
                 remaining_cap[link] -= share
                 active_count[link] -= 1
                 if active_count[link] == 0:
-                    del active_count[link]
+                    current.pop(link, None)
+                else:
+                    updated = max(remaining_cap[link], 0.0) / active_count[link]
+                    current[link] = updated
+                    heapq.heappush(heap, (updated, link))
     return rates
 
 
@@ -148,36 +172,33 @@ class FlowNetwork:
         self._flows: list[_Flow] = []
         self._last_update = 0.0
         self._version = 0
-        self.bytes_on_link = [0.0] * len(self.capacity)
 
     def transfer(self, route: tuple[int, ...], nbytes: float) -> simpy.Event:
-        """Start moving ``nbytes`` along ``route``; the event fires (value: the time) on arrival."""
-        return self.transfer_all([(route, nbytes)])[0]
+        """Start moving ``nbytes`` along ``route``; the event fires on arrival."""
+        return self.transfer_all([(route, nbytes)])
 
     def transfer_all(
         self, transfers: Sequence[tuple[tuple[int, ...], float]], cap: float = float("inf")
-    ) -> list[simpy.Event]:
+    ) -> simpy.Event:
         """Start several flows at the same instant, recomputing rates once for all of them.
 
-        ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing.
+        The returned event fires when the last one arrives; its value lists each flow's
+        arrival time. ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing.
         """
-        events = []
-        started = False
-        for route, nbytes in transfers:
-            done = self.env.event()
-            events.append(done)
-            for link in route:
-                self.bytes_on_link[link] += nbytes
-            if nbytes <= 0 or not route:
-                done.succeed(self.env.now)
-                continue
-            if not started:
-                self._advance()
-                started = True
-            self._flows.append(_Flow(route=route, remaining=nbytes, done=done, cap=cap))
-        if started:
-            self._reschedule()
-        return events
+        now = self.env.now
+        batch = _Batch(self.env.event(), [now] * len(transfers), 0)
+        flows = [
+            _Flow(route=route, remaining=nbytes, batch=batch, index=i, cap=cap)
+            for i, (route, nbytes) in enumerate(transfers) if nbytes > 0 and route
+        ]
+        if not flows:
+            batch.done.succeed(batch.finish)
+            return batch.done
+        batch.pending = len(flows)
+        self._advance()
+        self._flows.extend(flows)
+        self._reschedule()
+        return batch.done
 
     @property
     def active_flows(self) -> int:
@@ -218,7 +239,11 @@ class FlowNetwork:
         still: list[_Flow] = []
         for flow in self._flows:
             if flow.finish <= horizon:
-                flow.done.succeed(now)
+                batch = flow.batch
+                batch.finish[flow.index] = now
+                batch.pending -= 1
+                if batch.pending == 0:
+                    batch.done.succeed(batch.finish)
             else:
                 still.append(flow)
         self._flows = still

@@ -11,8 +11,8 @@ never as a silent end.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
-from typing import Any, cast
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any
 
 import simpy
 
@@ -63,6 +63,7 @@ class Executor:
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
         self.done = [self.env.event() for _ in graph.tasks]
         self.arrivals: dict[int, dict[int, float]] = {}
+        self._group_deps: dict[int, dict[int, list[int]]] = {}
         self.position: dict[tuple[int, str], Task | None] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks)
 
@@ -80,17 +81,22 @@ class Executor:
         """Dependencies ``rank`` must see before it can reach ``task``.
 
         For a group task, a rank waits only for dependencies it takes part in; the others
-        are waited for by their own ranks before they arrive at the rendezvous.
+        are waited for by their own ranks before they arrive at the rendezvous. The split
+        is computed once per group task (its deps can be many: one per member rank).
         """
-        tasks = self.graph.tasks
-        events = []
-        for dep in task.deps:
-            ev = self.done[dep]
-            if ev.triggered:
-                continue
-            if len(task.ranks) == 1 or rank in tasks[dep].ranks:
-                events.append(ev)
-        return events
+        if len(task.ranks) == 1:
+            deps: Sequence[int] = task.deps
+        else:
+            per_rank = self._group_deps.get(task.id)
+            if per_rank is None:
+                per_rank = self._group_deps[task.id] = {}
+                members = set(task.ranks)
+                for dep in task.deps:
+                    for member in members.intersection(self.graph.tasks[dep].ranks):
+                        per_rank.setdefault(member, []).append(dep)
+            deps = per_rank.get(rank, ())
+        done = self.done
+        return [done[d] for d in deps if not done[d].triggered]
 
     def _stream(self, rank: int, stream: str, tasks: list[Task]) -> Generator[Any, Any, None]:
         env = self.env
@@ -163,12 +169,11 @@ class Executor:
                 yield env.timeout(phase.latency)
             routes = [(route(src, dst), nbytes * plan.wire_factor)
                       for src, dst, nbytes in phase.flows]
-            transfers = self.network.transfer_all(routes, cap)
             began = env.now
-            yield env.all_of(transfers)
+            finish = yield self.network.transfer_all(routes, cap)
             self.timeline.flows.extend(
-                FlowRecord(began, cast(float, ev.value), nbytes, path, task.id)
-                for (path, nbytes), ev in zip(routes, transfers, strict=True) if path
+                FlowRecord(began, end, nbytes, path, task.id)
+                for (path, nbytes), end in zip(routes, finish, strict=True) if path
             )
         end = env.now
         self._comm_state(task.ranks, -1)
