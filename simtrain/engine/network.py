@@ -64,6 +64,7 @@ class _Flow:
     batch: _Batch
     index: int
     cap: float = float("inf")
+    weights: tuple[float, ...] | None = None
     rate: float = 0.0
     finish: float = 0.0
 
@@ -72,40 +73,45 @@ def max_min_rates(
     routes: Sequence[tuple[int, ...]],
     capacity: Sequence[float],
     caps: Sequence[float] | None = None,
+    weights: Sequence[tuple[float, ...] | None] | None = None,
 ) -> list[float]:
     """Max-min fair rates (bytes/s) for flows with the given routes over links of ``capacity``.
 
-    Progressive filling: repeatedly find the link whose remaining capacity divided by its
-    unfrozen flows is smallest, give those flows that share, and remove them. ``caps``
-    optionally bounds each flow's own rate (a protocol or host-staging limit), modelled as
-    a private link. A flow with an empty route (same device) gets an infinite rate.
+    Progressive filling: repeatedly find the link whose remaining capacity divided by the
+    weight of its unfrozen flows is smallest, give those flows that share, and remove them.
+    ``caps`` optionally bounds each flow's own rate (a protocol or host-staging limit),
+    modelled as a private link. ``weights[i][k]`` (default 1) says how many identical copies
+    of flow i cross its k-th link: a flow standing for m symmetric flows uses m times its
+    rate there (symmetric fidelity). A flow with an empty route gets an infinite rate.
     """
     rates = [0.0] * len(routes)
     remaining_cap: dict[int, float] = {}
-    users: dict[int, list[int]] = {}
-    paths: list[tuple[int, ...]] = []
+    users: dict[int, list[tuple[int, float]]] = {}
+    paths: list[list[tuple[int, float]]] = []
     for i, route in enumerate(routes):
         if not route:
             rates[i] = float("inf")
-            paths.append(route)
+            paths.append([])
             continue
+        w = weights[i] if weights is not None else None
+        path = [(link, 1.0 if w is None else w[k]) for k, link in enumerate(route)]
         if caps is not None and caps[i] < float("inf"):
             private = -1 - i  # negative ids never clash with real links
-            route = (*route, private)
+            path.append((private, 1.0))
             remaining_cap[private] = caps[i]
-            users[private] = []
-        paths.append(route)
-        for link in route:
+        paths.append(path)
+        for link, weight in path:
             if link not in users:
                 users[link] = []
-                remaining_cap[link] = capacity[link]
-            users[link].append(i)
+                if link >= 0:
+                    remaining_cap[link] = capacity[link]
+            users[link].append((i, weight))
     frozen = [not route for route in routes]
-    active_count = {link: len(flows) for link, flows in users.items()}
+    load = {link: sum(w for _, w in flows) for link, flows in users.items()}
     # Lazy min-heap of (fair share, link): a link's share only grows as flows freeze, so
     # stale entries (share no longer current) are skipped when popped. Ties break on the
     # link id, so the result does not depend on dict order.
-    current = {link: remaining_cap[link] / n for link, n in active_count.items()}
+    current = {link: remaining_cap[link] / w for link, w in load.items()}
     heap = [(share, link) for link, share in current.items()]
     heapq.heapify(heap)
     while heap:
@@ -113,20 +119,20 @@ def max_min_rates(
         if current.get(bottleneck) != share:
             continue
         del current[bottleneck]
-        for i in users[bottleneck]:
+        for i, _ in users[bottleneck]:
             if frozen[i]:
                 continue
             frozen[i] = True
             rates[i] = share
-            for link in paths[i]:
+            for link, weight in paths[i]:
                 if link == bottleneck:
                     continue
-                remaining_cap[link] -= share
-                active_count[link] -= 1
-                if active_count[link] == 0:
+                remaining_cap[link] -= share * weight
+                load[link] -= weight
+                if load[link] <= 1e-12:
                     current.pop(link, None)
                 else:
-                    updated = max(remaining_cap[link], 0.0) / active_count[link]
+                    updated = max(remaining_cap[link], 0.0) / load[link]
                     current[link] = updated
                     heapq.heappush(heap, (updated, link))
     return rates
@@ -136,6 +142,7 @@ def isolated_time(
     flows: Sequence[tuple[tuple[int, ...], float]],
     capacity: Sequence[float],
     caps: Sequence[float] | None = None,
+    weights: Sequence[tuple[float, ...] | None] | None = None,
 ) -> float:
     """Seconds until the last of ``flows`` (route, bytes) ends when they start together alone.
 
@@ -147,7 +154,8 @@ def isolated_time(
     remaining = {i: nbytes for _, nbytes, i in active}
     while active:
         rates = max_min_rates([r for r, _, _ in active], capacity,
-                              None if caps is None else [caps[i] for _, _, i in active])
+                              None if caps is None else [caps[i] for _, _, i in active],
+                              None if weights is None else [weights[i] for _, _, i in active])
         step = min(remaining[i] / rate for (_, _, i), rate in zip(active, rates, strict=True))
         now += step
         still = []
@@ -178,17 +186,22 @@ class FlowNetwork:
         return self.transfer_all([(route, nbytes)])
 
     def transfer_all(
-        self, transfers: Sequence[tuple[tuple[int, ...], float]], cap: float = float("inf")
+        self,
+        transfers: Sequence[tuple[tuple[int, ...], float]],
+        cap: float = float("inf"),
+        weights: Sequence[tuple[float, ...] | None] | None = None,
     ) -> simpy.Event:
         """Start several flows at the same instant, recomputing rates once for all of them.
 
         The returned event fires when the last one arrives; its value lists each flow's
-        arrival time. ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing.
+        arrival time. ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing;
+        ``weights`` gives per-link multiplicities (see ``max_min_rates``).
         """
         now = self.env.now
         batch = _Batch(self.env.event(), [now] * len(transfers), 0)
         flows = [
-            _Flow(route=route, remaining=nbytes, batch=batch, index=i, cap=cap)
+            _Flow(route=route, remaining=nbytes, batch=batch, index=i, cap=cap,
+                  weights=None if weights is None else weights[i])
             for i, (route, nbytes) in enumerate(transfers) if nbytes > 0 and route
         ]
         if not flows:
@@ -216,8 +229,10 @@ class FlowNetwork:
     def _reschedule(self) -> None:
         caps = [f.cap for f in self._flows]
         capped = any(c < float("inf") for c in caps)
+        weighted = any(f.weights is not None for f in self._flows)
         rates = max_min_rates([f.route for f in self._flows], self.capacity,
-                              caps if capped else None)
+                              caps if capped else None,
+                              [f.weights for f in self._flows] if weighted else None)
         now = self.env.now
         soonest = float("inf")
         for flow, rate in zip(self._flows, rates, strict=True):

@@ -127,10 +127,32 @@ class Executor:
             else:
                 arrived = self.arrivals.setdefault(task.id, {})
                 arrived[rank] = env.now
-                if len(arrived) == len(task.ranks):
+                if len(arrived) == self._members(task):
                     env.process(self._communicate(task, arrived))
                 yield self.done[task.id]
         self.position[(rank, stream)] = None
+
+    def _members(self, task: Task) -> int:
+        """How many ranks must arrive at ``task``: its simulated members."""
+        if not self.graph.virtual:
+            return len(task.ranks)
+        return sum(1 for r in task.ranks if r not in self.graph.virtual)
+
+    def _weights(self, task: Task, flows: Sequence[tuple[int, int, float]],
+                 routes: Sequence[tuple[tuple[int, ...], float]]) -> list[tuple[float, ...]]:
+        """Per-link multiplicity of each flow: 1 + the copies whose same flow uses the link."""
+        assert task.comm is not None
+        index = {rank: i for i, rank in enumerate(task.ranks)}
+        route = self.fabric.route
+        out = []
+        for (src, dst, _nb), (path, _wire) in zip(flows, routes, strict=True):
+            counts = dict.fromkeys(path, 1.0)
+            for copy in task.comm.copies:
+                for link in route(copy[index[src]], copy[index[dst]]):
+                    if link in counts:
+                        counts[link] += 1.0
+            out.append(tuple(counts[link] for link in path))
+        return out
 
     def _compute_with_interference(self, rank: int, work: float) -> Generator[Any, Any, None]:
         """Run ``work`` seconds of compute, slowed by 1 + interference while the rank's
@@ -169,8 +191,9 @@ class Executor:
                 yield env.timeout(phase.latency)
             routes = [(route(src, dst), nbytes * plan.wire_factor)
                       for src, dst, nbytes in phase.flows]
+            weights = self._weights(task, phase.flows, routes) if spec.copies else None
             began = env.now
-            finish = yield self.network.transfer_all(routes, cap)
+            finish = yield self.network.transfer_all(routes, cap, weights)
             self.timeline.flows.extend(
                 FlowRecord(began, end, nbytes, path, task.id)
                 for (path, nbytes), end in zip(routes, finish, strict=True) if path
@@ -180,6 +203,8 @@ class Executor:
         meta = {**task.meta, "op": spec.op, "algorithm": plan.algorithm,
                 "protocol": plan.protocol, "group_size": len(task.ranks)}
         for rank in task.ranks:
+            if rank not in arrived:
+                continue  # a virtual member: mirrored, not recorded
             waited = start - arrived[rank]
             span_meta = {**meta, "waited_s": waited} if waited > 0 else meta
             self.timeline.add(

@@ -37,6 +37,9 @@ class CommSpec:
     nbytes: float
     algorithm: str = "auto"
     splits: tuple[tuple[float, ...], ...] | None = None  # all_to_all_v: bytes i -> j
+    # Symmetric fidelity: groups that run an identical copy of this collective at the same
+    # time without being simulated; copies[k][i] plays the part of ranks[i].
+    copies: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(slots=True)
@@ -70,6 +73,9 @@ class TaskGraph:
 
     num_ranks: int
     tasks: list[Task] = field(default_factory=list)
+    # Ranks not simulated (symmetric fidelity): they mirror simulated ranks, so a
+    # collective does not wait for them and records no spans for them.
+    virtual: set[int] = field(default_factory=set)
 
     def _add(self, task: Task) -> int:
         for rank in task.ranks:
@@ -130,10 +136,12 @@ class TaskGraph:
         deps: Iterable[int] = (),
         algorithm: str = "auto",
         splits: Sequence[Sequence[float]] | None = None,
+        copies: Sequence[Sequence[int]] = (),
         meta: Mapping[str, Any] | None = None,
     ) -> int:
         """Add a collective ``op`` of ``nbytes`` over ``ranks`` (ranks[0] is the root where one
-        is needed); ``splits[i][j]`` gives all-to-all-v's bytes from ranks[i] to ranks[j]."""
+        is needed); ``splits[i][j]`` gives all-to-all-v's bytes from ranks[i] to ranks[j];
+        ``copies`` are identical unsimulated groups whose traffic shares the network."""
         if op not in COMM_OPS:
             raise TaskGraphError(f"unknown communication op {op!r}; known: {', '.join(COMM_OPS)}")
         if nbytes < 0:
@@ -159,10 +167,24 @@ class TaskGraph:
                 stream=stream,
                 bytes=nbytes,
                 deps=tuple(deps),
-                comm=CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix),
+                comm=CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix,
+                              copies=self._copies(name, group, copies)),
                 meta=dict(meta or {}),
             )
         )
+
+    def _copies(self, name: str, group: tuple[int, ...],
+                copies: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+        out = tuple(tuple(c) for c in copies)
+        for copy in out:
+            if len(copy) != len(group):
+                raise TaskGraphError(f"task {name!r}: copy {copy} does not match the group "
+                                     f"size {len(group)}")
+            for rank in copy:
+                if not 0 <= rank < self.num_ranks:
+                    raise TaskGraphError(f"task {name!r}: copy uses rank {rank}, outside "
+                                         f"0..{self.num_ranks - 1}")
+        return out
 
     def send_recv(
         self,
@@ -174,18 +196,21 @@ class TaskGraph:
         kind: str = "comm",
         stream: str = "comm",
         deps: Iterable[int] = (),
+        copies: Sequence[Sequence[int]] = (),
         meta: Mapping[str, Any] | None = None,
     ) -> int:
         """Add a point-to-point transfer; both ranks must reach it on ``stream`` (send/recv)."""
         return self.collective(
             "send_recv", (src, dst), nbytes, name, kind=kind, stream=stream, deps=deps,
-            algorithm="direct", meta=meta,
+            algorithm="direct", copies=copies, meta=meta,
         )
 
     def streams(self) -> dict[tuple[int, str], list[Task]]:
-        """Tasks per (rank, stream) in program order."""
+        """Tasks per (rank, stream) of simulated ranks, in program order."""
         out: dict[tuple[int, str], list[Task]] = {}
+        virtual = self.virtual
         for task in self.tasks:
             for rank in task.ranks:
-                out.setdefault((rank, task.stream), []).append(task)
+                if rank not in virtual:
+                    out.setdefault((rank, task.stream), []).append(task)
         return out
