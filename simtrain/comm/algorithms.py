@@ -105,11 +105,14 @@ def ring_channels(ranks: Sequence[int], fabric: Fabric) -> list[list[int]]:
 
 def _ring_phase(orders: Sequence[Sequence[int]], per_order_bytes: float, steps: int,
                 ctx: Context) -> Phase:
+    """Pipelined rings: the first chunk crosses ``steps`` hops one after another, so the
+    latency is ``steps`` times the ring's mean hop alpha (NCCL's model: intra-node steps at
+    the intra latency, inter-node steps at the network latency)."""
     flows: list[Flow] = []
     alpha = 0.0
     for order in orders:
         hops = _ring_hops(order)
-        alpha = max(alpha, ctx.step_alpha(hops))
+        alpha = max(alpha, sum(ctx.hop_latency(a, b) for a, b in hops) / len(hops))
         flows.extend((a, b, per_order_bytes) for a, b in hops)
     return Phase(steps * alpha, tuple(flows))
 
@@ -161,7 +164,8 @@ def chain(call: Call, ctx: Context) -> list[Phase]:
     hops = _ring_hops(call.ranks)[:-1]
     if call.op == "reduce":
         hops = [(b, a) for a, b in reversed(hops)]
-    return [Phase(len(hops) * ctx.step_alpha(hops), tuple((a, b, call.nbytes) for a, b in hops))]
+    latency = sum(ctx.hop_latency(a, b) for a, b in hops)  # the first chunk's path
+    return [Phase(latency, tuple((a, b, call.nbytes) for a, b in hops))]
 
 
 # ----------------------------------------------------------------------------- trees
