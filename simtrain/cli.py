@@ -9,22 +9,36 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from simtrain.engine.sim import SimulationDeadlock
 from simtrain.errors import ScenarioError
 from simtrain.units import fmt_bytes, fmt_seconds
 
+if TYPE_CHECKING:
+    from simtrain.simulate import SimulationResult
+
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="Simulate distributed training steps: how long, where the time goes, what if.",
+    epilog=(
+        "Examples:\n\n"
+        "  simtrain run scenarios/quickstart.yaml\n\n"
+        "  simtrain run scenarios/pp_1f1b.yaml --trace step.json.gz\n\n"
+        "  simtrain compare a.yaml b.yaml\n\n"
+        "  simtrain topology dgx-h100 --nodes 4\n\n"
+        "Exit status: 0 ok, 2 bad input, 1 anything else."
+    ),
 )
 err = Console(stderr=True)
 
@@ -47,7 +61,14 @@ def _summary_table(summary: dict[str, Any]) -> Table:
         ("compute (per GPU)", fmt_seconds(summary["compute_s"])),
         ("communication (per GPU)", fmt_seconds(summary["comm_s"])),
         ("exposed communication", fmt_seconds(summary["exposed_comm_s"])),
-        ("bytes all-reduced per GPU", fmt_bytes(summary["comm_bytes_per_gpu"])),
+    ]
+    # Keys other parts of the simulator may add; shown when present.
+    if isinstance(summary.get("bubble_fraction"), int | float):
+        rows.append(("pipeline bubble", f"{summary['bubble_fraction']:.1%}"))
+    if isinstance(summary.get("peak_memory_gib"), int | float):
+        rows.append(("peak memory (per GPU)", f"{summary['peak_memory_gib']:,.1f} GiB"))
+    rows += [
+        ("bytes communicated per GPU", fmt_bytes(summary["comm_bytes_per_gpu"])),
         ("parameters", f"{summary['parameters'] / 1e9:.3f} B"),
         ("microbatches per step", str(summary["micro_batches"])),
     ]
@@ -56,53 +77,270 @@ def _summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="override a field: dotted.key=value (repeatable)"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (for scripts)")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors")]
+
+
+def _simulate(path: Path, overrides: list[str]) -> SimulationResult:
+    """Load and simulate; bad input exits 2, a deadlocked step exits 1."""
+    from simtrain.scenario import load_scenario
+    from simtrain.simulate import simulate
+
+    try:
+        return simulate(load_scenario(path, overrides))
+    except ScenarioError as exc:
+        raise _fail(str(exc), 2) from None
+    except SimulationDeadlock as exc:
+        raise _fail(str(exc), 1) from None
+
+
+def _report_html(result: SimulationResult, title: str, yaml_text: str | None) -> str:
+    from simtrain.report.html import render_report
+    from simtrain.report.topology import topology_figure, topology_table_html
+
+    cluster = result.cluster
+    return render_report(
+        result.summary, result.timeline, title=title, scenario_yaml=yaml_text,
+        server_of=cluster.server_of, graph=result.graph, links=cluster.links,
+        topology=topology_figure(cluster, title=f"Topology: {cluster.num_gpus} × "
+                                 f"{cluster.gpu_spec.name}"),
+        topology_table=topology_table_html(cluster),
+        hbm_bytes=cluster.gpu_spec.hbm_bytes,
+        subtitle=_subtitle(result),
+    )
+
+
+def _subtitle(result: SimulationResult) -> str:
+    """The scenario's description, then the GPUs and the parallel degrees above 1."""
+    cluster = result.cluster
+    parts = [result.scenario.description] if result.scenario.description else []
+    where = f"{cluster.num_gpus:,} × {cluster.gpu_spec.name} in {cluster.num_servers:,} servers"
+    plan = result.summary.get("parallelism")
+    if isinstance(plan, dict):
+        degrees = " × ".join(f"{k.upper()}{v}" for k, v in plan.items()
+                             if isinstance(v, int) and not isinstance(v, bool) and v > 1)
+        if degrees:
+            where += f", {degrees}"
+    return " · ".join([*parts, where])
+
+
 @app.command(
     epilog=(
         "Examples:\n\n"
         "  simtrain run scenarios/quickstart.yaml\n\n"
         "  simtrain run scenarios/ddp_buckets.yaml --set parallelism.ddp.bucket_cap_mb=100\n\n"
+        "  simtrain run scenarios/ddp_buckets.yaml --trace step.json.gz   (open in Perfetto)\n\n"
         "  simtrain run scenarios/quickstart.yaml --json --no-report"
     )
 )
 def run(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="override a field: dotted.key=value (repeatable)"),
-    ] = None,
+    set_: SetOption = None,
     report: Annotated[
         Path | None, typer.Option(help="HTML report path [default: reports/NAME.html]")
     ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="do not write a report")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors")] = False,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="write a Chrome/Perfetto trace (.json or .json.gz)"),
+    ] = None,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Simulate one training step of SCENARIO: summary table and an HTML Gantt report."""
-    from simtrain.report.html import render_report, write_report
-    from simtrain.scenario import load_scenario
-    from simtrain.simulate import simulate
+    from simtrain.report.html import write_report
 
-    try:
-        loaded = load_scenario(scenario, set_ or [])
-        result = simulate(loaded)
-    except ScenarioError as exc:
-        raise _fail(str(exc), 2) from None
-    except SimulationDeadlock as exc:
-        raise _fail(str(exc), 1) from None
+    with _status("simulating", quiet or as_json):
+        result = _simulate(scenario, set_ or [])
+    loaded = result.scenario
     summary = result.summary
     if not no_report:
         path = report or Path("reports") / f"{loaded.name}.html"
-        html = render_report(summary, result.timeline, title=f"simtrain · {loaded.name}",
-                             scenario_yaml=_yaml_text(scenario),
-                             server_of=result.cluster.server_of)
-        summary["report"] = str(write_report(path, html))
+        with _status("writing the report", quiet or as_json):
+            html = _report_html(result, f"simtrain · {loaded.name}", _yaml_text(scenario))
+            summary["report"] = str(write_report(path, html))
+    if trace is not None:
+        from simtrain.report.trace import chrome_trace, write_trace
+
+        with _status("writing the trace", quiet or as_json):
+            events = chrome_trace(result.timeline, graph=result.graph,
+                                  server_of=result.cluster.server_of,
+                                  dtype=loaded.training.dtype)
+            summary["trace"] = str(write_trace(trace, events))
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     elif not quiet:
         out = Console()
         out.print(_summary_table(summary))
-        if "report" in summary:
-            out.print(f"report: {summary['report']}")
+        for key in ("report", "trace"):
+            if key in summary:
+                out.print(f"{key}: {summary[key]}")
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  simtrain compare scenarios/ddp_buckets.yaml scenarios/ddp_buckets_pcie.yaml\n\n"
+        "  simtrain compare a.yaml b.yaml c.yaml --set training.micro_batch_size=2\n\n"
+        "  simtrain compare a.yaml b.yaml --json --no-report"
+    )
+)
+def compare(
+    scenarios: Annotated[list[Path], typer.Argument(help="two or more scenario YAML files")],
+    set_: SetOption = None,
+    report: Annotated[
+        Path, typer.Option(help="HTML report with aligned Gantt charts")
+    ] = Path("reports/compare.html"),
+    no_report: Annotated[bool, typer.Option("--no-report", help="do not write a report")] = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Run several scenarios and show their summaries side by side, with differences."""
+    from simtrain.report.compare import (
+        ComparedRun,
+        differences,
+        fmt_delta,
+        metric_label,
+        render_compare,
+        unique_names,
+    )
+    from simtrain.report.html import fmt_value, write_report
+
+    if len(scenarios) < 2:
+        raise _fail("compare needs at least two scenario files", 2)
+    results = []
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=err, transient=True, disable=quiet or as_json) as progress:
+        job = progress.add_task("simulating", total=len(scenarios))
+        for path in scenarios:
+            progress.update(job, description=f"simulating {path.name}")
+            results.append(_simulate(path, set_ or []))
+            progress.advance(job)
+    names = unique_names([r.scenario.name for r in results], lambda i: scenarios[i].name)
+    diffs = differences([r.summary for r in results])
+    out_json: dict[str, Any] = {
+        "scenarios": names,
+        "files": [str(p) for p in scenarios],
+        "summaries": [r.summary for r in results],
+        "differences": {k: [{"value": d.value, "delta": d.delta, "relative": d.relative}
+                            for d in row] for k, row in diffs.items()},
+    }
+    if not no_report:
+        with _status("writing the report", quiet or as_json):
+            runs = [ComparedRun(n, r.summary, r.timeline, r.cluster.server_of, r.graph)
+                    for n, r in zip(names, results, strict=True)]
+            out_json["report"] = str(write_report(report, render_compare(runs)))
+    if as_json:
+        sys.stdout.write(json.dumps(out_json, indent=2) + "\n")
+        return
+    if quiet:
+        return
+    table = Table(title="simtrain · compare")
+    table.add_column("metric", style="bold")
+    for n in names:
+        table.add_column(n, justify="right")
+    for n in names[1:]:
+        table.add_column(f"Δ {n}", justify="right")
+    for key, row in diffs.items():
+        values = [fmt_value(key, d.value) if d.value is not None else "n/a" for d in row]
+        table.add_row(metric_label(key), *values, *(fmt_delta(key, d) for d in row[1:]))
+    out = Console()
+    out.print(table)
+    if "report" in out_json:
+        out.print(f"report: {out_json['report']}")
+
+
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  simtrain topology dgx-h100 --nodes 4\n\n"
+        "  simtrain topology scenarios/custom_topology.yaml --report topo.html\n\n"
+        "  simtrain topology pcie-a100 --json"
+    )
+)
+def topology(
+    target: Annotated[str, typer.Argument(help="cluster preset name or scenario YAML file")],
+    nodes: Annotated[int, typer.Option(help="servers, for a preset")] = 1,
+    set_: SetOption = None,
+    report: Annotated[
+        Path | None, typer.Option(help="also draw the topology into this HTML file")
+    ] = None,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Print a cluster's topology: link classes, bandwidths, latencies and totals."""
+    from simtrain.hardware.topology import CLUSTER_PRESETS, ClusterConfig, build_cluster
+    from simtrain.report.html import PLOTLY_CONFIG, page, write_report
+    from simtrain.report.topology import (
+        topology_figure,
+        topology_rows,
+        topology_table_html,
+        topology_totals,
+    )
+    from simtrain.scenario import load_scenario
+
+    path = Path(target)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        try:
+            cluster = build_cluster(load_scenario(path, set_ or []).cluster)
+        except ScenarioError as exc:
+            raise _fail(str(exc), 2) from None
+        title = f"topology · {path.name}"
+    else:
+        if target.lower() not in CLUSTER_PRESETS:
+            raise _fail(f"{target!r} is neither a scenario file nor a cluster preset; presets: "
+                        f"{', '.join(CLUSTER_PRESETS)}", 2)
+        if nodes < 1:
+            raise _fail(f"--nodes must be >= 1, got {nodes}", 2)
+        try:
+            cluster = build_cluster(ClusterConfig(preset=target, nodes=nodes))
+        except ValueError as exc:
+            raise _fail(f"{target}: {str(exc).splitlines()[-1].strip()}", 2) from None
+        title = f"topology · {target.lower()} × {nodes}"
+    rows = topology_rows(cluster)
+    totals = topology_totals(cluster)
+    result: dict[str, Any] = {"totals": totals, "links": rows}
+    if report is not None:
+        fig = topology_figure(cluster, title=title)
+        body = (f"<header><h1>{title}</h1></header>"
+                + fig.to_html(full_html=False, include_plotlyjs=True, config=PLOTLY_CONFIG,
+                              div_id="topology-chart")
+                + topology_table_html(cluster))
+        result["report"] = str(write_report(report, page(title, body)))
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    if quiet:
+        return
+    table = Table(title=title)
+    for col, justify in (("kind", "left"), ("between", "left"), ("links", "right"),
+                         ("bandwidth / direction", "right"), ("latency", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(r["kind"], r["between"], f"{r['links']:,}", r["bandwidth"], r["latency"])
+    out = Console()
+    out.print(table)
+    by_kind = ", ".join(f"{n:,} {k}" for k, n in totals["nodes_by_kind"].items())
+    out.print(f"{totals['gpus']:,} × {totals['gpu']} in {totals['servers']:,} servers "
+              f"({totals['gpus_per_server']} per server); nodes: {by_kind}; "
+              f"{totals['directed_links']:,} directed links")
+    if "report" in result:
+        out.print(f"report: {result['report']}")
+
+
+@contextmanager
+def _status(what: str, silent: bool) -> Iterator[None]:
+    """A spinner on stderr while something runs (terminals only; never in scripts)."""
+    if silent or not err.is_terminal:
+        yield
+        return
+    with err.status(f"{what}…"):
+        yield
 
 
 def _yaml_text(path: Path) -> str | None:
@@ -123,6 +361,18 @@ def presets() -> None:
     for title, names in (("cluster presets", CLUSTER_PRESETS), ("model presets", MODEL_PRESETS),
                          ("GPUs", GPUS)):
         out.print(f"[bold]{title}:[/] {', '.join(sorted(names))}")
+
+
+def _register_extensions() -> None:
+    """Commands that live in their own modules: ``simtrain collective`` and ``sweep``."""
+    from simtrain.cli_collective import register as register_collective
+    from simtrain.cli_sweep import register as register_sweep
+
+    register_collective(app)
+    register_sweep(app)
+
+
+_register_extensions()
 
 
 def main() -> None:

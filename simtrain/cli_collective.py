@@ -80,7 +80,7 @@ def collective(
         return
     table = Table(title=f"{op} · {group} × {built.gpu_spec.name} · {model.backend.name}")
     for column in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "protocol"):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     for r in rows:
         table.add_row(f"{r.size_bytes:,}", f"{r.time_s * 1e6:,.1f}", f"{r.algbw_gbps:.2f}",
                       f"{r.busbw_gbps:.2f}", r.algorithm, r.protocol)

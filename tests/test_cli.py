@@ -58,3 +58,93 @@ def test_bad_input_exits_2_with_one_line(tmp_path, text, expect):
 def test_presets_command_lists_names():
     result = runner.invoke(app, ["presets"])
     assert result.exit_code == 0 and "dgx-h100" in result.stdout and "llama3-70b" in result.stdout
+
+
+def test_run_writes_a_trace(tmp_path):
+    trace = tmp_path / "step.json.gz"
+    result = runner.invoke(app, ["run", str(ROOT / "scenarios/quickstart.yaml"), "--no-report",
+                                 "--trace", str(trace), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    import gzip
+
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert sum(e["name"] == "process_name" for e in events) == 8
+
+
+def _bucket_variant(tmp_path: Path, cap: int) -> Path:
+    text = (ROOT / "scenarios/quickstart.yaml").read_text()
+    path = tmp_path / f"cap{cap}.yaml"
+    path.write_text(text.replace("name: quickstart", f"name: cap{cap}")
+                    .replace("bucket_cap_mb: 25", f"bucket_cap_mb: {cap}"))
+    return path
+
+
+def test_compare_reports_the_step_time_difference(tmp_path):
+    a, b = _bucket_variant(tmp_path, 25), _bucket_variant(tmp_path, 1)
+    report = tmp_path / "cmp.html"
+    result = runner.invoke(app, ["compare", str(a), str(b), "--json", "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["scenarios"] == ["cap25", "cap1"]
+    s0, s1 = (s["step_time_s"] for s in out["summaries"])
+    assert s0 != s1
+    step = out["differences"]["step_time_s"]
+    assert step[1]["delta"] == pytest.approx(s1 - s0)
+    assert step[1]["relative"] == pytest.approx((s1 - s0) / s0)
+    html = report.read_text()
+    assert 'id="gantt-0"' in html and 'id="gantt-1"' in html and "cap1" in html
+
+
+def test_compare_table_and_set_applies_to_all(tmp_path):
+    a, b = _bucket_variant(tmp_path, 25), _bucket_variant(tmp_path, 100)
+    result = runner.invoke(app, ["compare", str(a), str(b), "--no-report",
+                                 "--set", "training.micro_batch_size=4"])
+    assert result.exit_code == 0, result.output
+    assert "step time" in result.stdout and "Δ cap100" in result.stdout
+
+
+def test_compare_bad_input_exits_2(tmp_path):
+    result = runner.invoke(app, ["compare", str(ROOT / "scenarios/quickstart.yaml"),
+                                 str(tmp_path / "missing.yaml"), "--no-report"])
+    assert result.exit_code == 2
+    result = runner.invoke(app, ["compare", str(ROOT / "scenarios/quickstart.yaml")])
+    assert result.exit_code == 2 and "at least two" in result.stderr
+
+
+def test_topology_preset_and_scenario(tmp_path):
+    result = runner.invoke(app, ["topology", "dgx-h100", "--nodes", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["totals"]["gpus"] == 16
+    assert {r["kind"] for r in out["links"]} >= {"nvlink", "ib"}
+    report = tmp_path / "topo.html"
+    result = runner.invoke(app, ["topology", str(ROOT / "scenarios/custom_topology.yaml"),
+                                 "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "nvlink" in result.stdout and "100.0 GB/s" in result.stdout
+    assert 'id="topology-chart"' in report.read_text()
+
+
+def test_topology_unknown_preset_exits_2():
+    result = runner.invoke(app, ["topology", "dgx-z900"])
+    assert result.exit_code == 2
+    assert "dgx-h100" in result.stderr
+
+
+def test_help_has_examples():
+    for command in ("run", "compare", "topology"):
+        result = runner.invoke(app, [command, "--help"])
+        assert result.exit_code == 0 and "Examples" in result.stdout, command
+
+
+def test_run_report_header_names_the_scenario(tmp_path):
+    report = tmp_path / "r.html"
+    result = runner.invoke(app, ["run", str(ROOT / "scenarios/quickstart.yaml"), "-q",
+                                 "--report", str(report)])
+    assert result.exit_code == 0 and result.stdout == ""
+    html = report.read_text()
+    assert 'class="subtitle">GPT-2 small' in html and "8 × a100-80gb in 1 servers" in html
+    for section in ('id="gantt-chart"', 'id="critical-path-table"', 'id="topology-chart"',
+                    'id="memory-chart"'):
+        assert section in html, section

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
+from simtrain.engine.taskgraph import TaskGraph
 from simtrain.engine.timeline import Timeline, union_length
+from simtrain.report.critical import CriticalPath, critical_path
+from simtrain.report.figures import (
+    comm_overlap_figure,
+    critical_path_html,
+    link_utilisation_figure,
+    memory_figure,
+)
 from simtrain.report.gantt import (
     DEFAULT_MAX_ROWS,
     ServerOf,
@@ -27,6 +36,7 @@ from simtrain.report.gantt import (
     ordered_kinds,
     rank_labels,
     representative_ranks,
+    role_representatives,
     subset_note,
 )
 from simtrain.units import fmt_bytes, fmt_seconds
@@ -54,6 +64,7 @@ table.summary td, table.summary th { border: 1px solid #d9e2ec; padding: 0.25rem
 table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
 pre { background: #fff; border: 1px solid #d9e2ec; padding: 0.8rem; overflow-x: auto; }
 .muted { color: #52606d; font-size: 0.85rem; }
+.subtitle { margin: -0.4rem 0 0.8rem; color: #334e68; }
 """
 
 
@@ -76,15 +87,23 @@ def fmt_percent(fraction: float) -> str:
 def fmt_value(key: str, value: Any) -> str:
     """Human form of one summary value, chosen by its key's unit suffix (SI inside)."""
     leaf = key.rsplit(".", 1)[-1].lower()
+    parent = key.split(".", 1)[0].lower() if "." in key else ""
     if isinstance(value, bool) or value is None:
         return str(value)
     if isinstance(value, int | float | np.integer | np.floating):
         v = float(value)
+        if leaf.endswith("_gib"):
+            return f"{v:,.2f} GiB"
+        # Nested values without a unit take their section's: seconds per kind, memory in GiB.
+        if parent.endswith("_by_kind") and parent.startswith(("exposed", "comm", "time")):
+            return fmt_seconds(v)
+        if parent == "memory_breakdown" and abs(v) < 1e6:
+            return f"{v:,.2f} GiB"
         if leaf.endswith("_per_s") or leaf.endswith("_per_second"):
             return f"{fmt_count(v)}/s"
         if leaf.endswith("_s") or leaf.endswith("_seconds"):
             return fmt_seconds(v)
-        if leaf.endswith("_bytes") or leaf == "bytes":
+        if leaf.endswith("_bytes") or leaf == "bytes" or "_bytes_per_" in leaf:
             return fmt_bytes(v)
         if leaf in ("mfu", "hfu") or leaf.endswith("_fraction") or leaf.endswith("_frac"):
             return fmt_percent(v)
@@ -116,9 +135,14 @@ _CARDS: tuple[tuple[str, tuple[str, ...], Callable[[float], str]], ...] = (
     ("tokens/s", ("tokens_per_s", "tokens_per_second", "throughput_tokens_per_s"),
      fmt_count),
     ("MFU", ("mfu",), fmt_percent),
+    ("HFU", ("hfu",), fmt_percent),
+    ("peak memory", ("peak_memory_gib",), lambda v: f"{v:,.1f} GiB"),
+    ("peak memory", ("peak_memory_bytes", "peak_memory"), fmt_bytes),
+    ("exposed comm", ("exposed_comm_s", "exposed_communication_s"), fmt_seconds),
+    ("bubble", ("bubble_s",), fmt_seconds),
+    ("bubble", ("bubble_fraction",), fmt_percent),
     ("compute", ("compute_s", "compute_time_s"), fmt_seconds),
     ("communication", ("comm_s", "communication_s", "comm_time_s"), fmt_seconds),
-    ("exposed comm", ("exposed_comm_s", "exposed_communication_s"), fmt_seconds),
     ("GPUs", ("num_gpus", "gpus", "world_size", "num_ranks"), lambda v: f"{int(v):,}"),
 )
 _SHARE_OF_STEP = ("compute", "communication", "exposed comm")
@@ -138,12 +162,16 @@ def cards_html(summary: Mapping[str, Any]) -> str:
     """The key-number cards; compute/comm cards also show their share of the step time."""
     step = _lookup(summary, _CARDS[0][1])
     parts: list[str] = []
+    done: set[str] = set()
     for label, keys, fmt in _CARDS:
         value = _lookup(summary, keys)
-        if value is None:
+        if value is None or label in done:
             continue
+        done.add(label)
         sub = ""
-        if label in _SHARE_OF_STEP and step:
+        if label == "bubble" and "bubble_fraction" in summary and "bubble_s" in summary:
+            sub = f'<div class="sub">{fmt_percent(float(summary["bubble_fraction"]))} of step</div>'
+        elif label in _SHARE_OF_STEP and step:
             sub = f'<div class="sub">{fmt_percent(value / step)} of step</div>'
         parts.append(
             f'<div class="card"><div class="label">{html.escape(label)}</div>'
@@ -216,6 +244,58 @@ def busy_time_figure(
 
 # --- document ---------------------------------------------------------------------------
 
+# Above this many ranks the Gantt first shows one representative rank per role.
+REPRESENTATIVES_ABOVE = 8
+
+
+def gantt_ranks(timeline: Timeline, path: CriticalPath) -> list[int] | None:
+    """Ranks the Gantt shows first: one per role plus the critical path's last rank.
+
+    None (show every rank) when the timeline has at most ``REPRESENTATIVES_ABOVE`` ranks.
+    """
+    ranks = {s.rank for s in timeline.spans}
+    if len(ranks) <= REPRESENTATIVES_ABOVE:
+        return None
+    reps = set(role_representatives(timeline))
+    if path.spans:
+        reps.add(path.spans[-1].rank)
+    return sorted(reps)
+
+
+class _Divs:
+    """Figures to HTML divs with fixed ids; plotly.js is inlined with the first one only."""
+
+    def __init__(self) -> None:
+        self.first = True
+
+    def __call__(self, fig: go.Figure, div_id: str) -> str:
+        out = figure_div(fig, div_id, include_plotlyjs=self.first)
+        self.first = False
+        return out
+
+
+def figure_div(fig: go.Figure, div_id: str, *, include_plotlyjs: bool) -> str:
+    """A figure as a div. The div takes its height from the chart, not a fixed style, so a
+    menu that changes the chart's height (more Gantt rows) pushes the page down."""
+    out = fig.to_html(full_html=False, include_plotlyjs=include_plotlyjs, config=PLOTLY_CONFIG,
+                      div_id=div_id)
+    inner = f'(<div id="{re.escape(div_id)}" class="plotly-graph-div" style=")height:[^;"]*;\\s*'
+    out = re.sub(inner, r"\1", out, count=1)
+    # plotly >= 6 also wraps the div in one with a fixed height.
+    return re.sub(r'^(\s*<div style=")height:[^;"]*;\s*', r"\1", out, count=1)
+
+
+def page(title: str, body: str) -> str:
+    """The HTML document around ``body`` (styles inline, nothing fetched)."""
+    esc_title = html.escape(title)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc_title}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"{body}\n</body>\n</html>\n"
+    )
+
 
 def render_report(
     summary: dict[str, Any],
@@ -225,45 +305,62 @@ def render_report(
     scenario_yaml: str | None = None,
     server_of: ServerOf | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
+    graph: TaskGraph | None = None,
+    links: Sequence[Any] | None = None,
+    topology: go.Figure | None = None,
+    topology_table: str = "",
+    hbm_bytes: float | None = None,
+    subtitle: str = "",
 ) -> str:
     """One self-contained HTML document (plotly.js inline once, no network references).
 
-    Sections in order: header with key-number cards, Gantt chart, breakdowns (busy time by
-    kind per rank, summary table), and the scenario YAML when given.
+    Sections in order: header with key-number cards; the Gantt chart (critical path
+    outlined; one rank per role first on big clusters); breakdowns (busy time by kind per
+    rank, communication overlapped vs exposed per group, memory per GPU when the summary
+    has ``memory_breakdown``, busiest links over time when ``links`` and flows exist, the
+    critical path table, the summary table); the topology figure when given; the scenario.
+    ``graph`` lets the critical path follow task dependencies, not just stream order;
+    ``subtitle`` (e.g. the scenario's description and plan) goes under the title.
     """
-    gantt = gantt_figure(timeline, server_of=server_of, max_rows=max_rows)
+    path = critical_path(timeline, graph)
+    div = _Divs()
+    gantt = gantt_figure(timeline, server_of=server_of, max_rows=max_rows,
+                         representatives=gantt_ranks(timeline, path), highlight=path.spans)
+    parts = [f'<section id="gantt"><h2>Timeline</h2>\n{div(gantt, GANTT_DIV_ID)}\n</section>',
+             '<section id="breakdown"><h2>Breakdown</h2>']
     breakdown = busy_time_figure(timeline, server_of=server_of, max_ranks=max_rows)
-    gantt_div = gantt.to_html(
-        full_html=False, include_plotlyjs=True, config=PLOTLY_CONFIG, div_id=GANTT_DIV_ID
-    )
-    breakdown_div = breakdown.to_html(
-        full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG, div_id=BREAKDOWN_DIV_ID
-    )
-    esc_title = html.escape(title)
+    parts.append(div(breakdown, BREAKDOWN_DIV_ID))
+    overlap = comm_overlap_figure(timeline)
+    if overlap is not None:
+        parts.append(div(overlap, "comm-overlap-chart"))
+    memory = memory_figure(summary, hbm_bytes)
+    if memory is not None:
+        parts.append(div(memory, "memory-chart"))
+    if links is not None and timeline.flows:
+        util = link_utilisation_figure(timeline, links)
+        if util is not None:
+            parts.append(div(util, "links-chart"))
+    parts.append('<h3 id="critical-path">Critical path</h3>')
+    parts.append(critical_path_html(path, server_of=server_of, num_ranks=timeline.num_ranks))
+    parts.append(f"<h3>Summary</h3>\n{summary_table_html(summary)}\n</section>")
+    if topology is not None:
+        parts.append(f'<section id="topology"><h2>Topology</h2>\n'
+                     f'{div(topology, "topology-chart")}\n{topology_table}</section>')
+    if scenario_yaml is not None:
+        parts.append(
+            '<section id="scenario"><h2>Scenario</h2><details><summary>scenario YAML</summary>'
+            f"<pre>{html.escape(scenario_yaml)}</pre></details></section>"
+        )
     n_ranks = len({s.rank for s in timeline.spans})
     facts = (
         f"{len(timeline):,} spans on {n_ranks:,} ranks · timeline ends at "
         f"{fmt_seconds(timeline.end)} · drag to zoom, scroll to zoom, double-click to reset, "
-        "click legend entries to toggle kinds"
+        "click legend entries to toggle kinds; the black outline is the critical path"
     )
-    scenario = ""
-    if scenario_yaml is not None:
-        scenario = (
-            '<section id="scenario"><h2>Scenario</h2><details><summary>scenario YAML</summary>'
-            f"<pre>{html.escape(scenario_yaml)}</pre></details></section>"
-        )
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{esc_title}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f'<header><h1>{esc_title}</h1>{cards_html(summary)}'
-        f'<p class="muted">{html.escape(facts)}</p></header>\n'
-        f'<section id="gantt"><h2>Timeline</h2>\n{gantt_div}\n</section>\n'
-        f'<section id="breakdown"><h2>Breakdown</h2>\n{breakdown_div}\n'
-        f"<h3>Summary</h3>\n{summary_table_html(summary)}\n</section>\n"
-        f"{scenario}\n</body>\n</html>\n"
-    )
+    sub = f'<p class="subtitle">{html.escape(subtitle)}</p>' if subtitle else ""
+    header = (f"<header><h1>{html.escape(title)}</h1>{sub}{cards_html(summary)}"
+              f'<p class="muted">{html.escape(facts)}</p></header>')
+    return page(title, header + "\n" + "\n".join(parts))
 
 
 def write_report(path: Path | str, html: str) -> Path:

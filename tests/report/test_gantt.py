@@ -143,3 +143,75 @@ def test_height_scales_with_rows() -> None:
 def test_empty_timeline() -> None:
     fig = gantt_figure(Timeline(num_ranks=0))
     assert len(fig.data) == 0
+
+
+def _roles_timeline(n: int = 16) -> Timeline:
+    tl = Timeline(num_ranks=n)
+    for r in range(n):
+        stage = r % 2  # two roles: even and odd ranks run different layers
+        tl.add(Span(r, "compute", "forward", f"fwd stage{stage}", 0.0, 1e-3 * (1 + r / 100)))
+        tl.add(Span(r, "dp", "dp_comm", "ar", 1e-3, 2e-3))
+    return tl
+
+
+def test_role_representatives_one_per_role() -> None:
+    from simtrain.report.gantt import role_representatives
+
+    assert role_representatives(_roles_timeline()) == [0, 1]
+    assert role_representatives(_roles_timeline(), ranks=[3, 4, 5]) == [3, 4]
+
+
+def test_representatives_first_with_a_menu_for_more() -> None:
+    tl = _roles_timeline()
+    fig = gantt_figure(tl, representatives=[0, 1], max_rows=64)
+    visible = [tr for tr in fig.data if tr.visible is not False]
+    assert sum(len(tr.x) for tr in visible) == 4  # 2 ranks x 2 streams
+    assert sum(len(tr.x) for tr in fig.data) == len(tl)
+    assert list(fig.layout.yaxis.categoryarray) == [
+        "node0/gpu0 · compute", "node0/gpu0 · dp", "node0/gpu1 · compute", "node0/gpu1 · dp"]
+    menu = fig.layout.updatemenus[0]
+    assert [b.label for b in menu.buttons] == ["2 representative ranks", "16 ranks"]
+    assert len(menu.buttons[1].args[1]["yaxis.categoryarray"]) == 32
+    assert "one representative rank per role" in fig.layout.title.text
+    # Legend entries once per kind.
+    assert sorted(tr.name for tr in fig.data if tr.showlegend is not False) == [
+        "dp_comm", "forward"]
+
+
+def test_aggregation_above_threshold_keeps_time_extent() -> None:
+    from simtrain.report.gantt import AGGREGATE_BINS
+
+    tl = Timeline(num_ranks=1)
+    n = 3000
+    for i in range(n):
+        tl.add(Span(0, "compute", "forward", f"op{i}", i * 1e-6, (i + 1) * 1e-6))
+    plain = gantt_figure(tl)
+    assert sum(len(tr.x) for tr in plain.data) == n
+    agg = gantt_figure(tl, aggregate_above=1000)
+    bars = agg.data[0]
+    assert len(bars.x) <= 2 * AGGREGATE_BINS  # runs are at most 1/BINS of the step long
+    assert sum(bars.x) == pytest.approx(3.0)  # ms, nothing lost
+    assert "aggregated" in agg.layout.title.text
+    assert "3000" not in bars.customdata[0][0] and "×" in bars.customdata[0][0]
+
+
+def test_highlight_outlines_spans() -> None:
+    tl = _timeline()
+    crit = [s for s in tl.spans if s.rank == 0 and s.stream == "compute"]
+    fig = gantt_figure(tl, highlight=crit)
+    outline = fig.data[-1]
+    assert outline.name == "critical path"
+    assert len(outline.x) == 2  # fwd and bwd are 1 ms apart: two outlines
+    assert list(outline.base) == pytest.approx([0.0, 3.0])
+    assert outline.marker.line.width > 0
+
+
+def test_menu_adds_ranks_even_when_roles_fill_max_rows() -> None:
+    tl = Timeline(num_ranks=64)
+    for r in range(64):
+        tl.add(Span(r, "compute", "forward", f"fwd stage{r % 8}", 0.0, 1e-3))
+        tl.add(Span(r, "dp", "dp_comm", "ar", 1e-3, 2e-3))
+    fig = gantt_figure(tl, representatives=list(range(8)), max_rows=16)
+    assert len(fig.layout.yaxis.categoryarray) == 16  # the 8 roles, 2 rows each
+    more = fig.layout.updatemenus[0].buttons[1]
+    assert len(more.args[1]["yaxis.categoryarray"]) == 32  # 8 more ranks behind the menu

@@ -148,3 +148,27 @@ def test_50k_spans_render_fast() -> None:
     elapsed = time.perf_counter() - start
     assert elapsed < 5.0, f"rendering 50k spans took {elapsed:.2f} s"
     assert len(re.findall(r"plotly\.js v\d", doc)) == 1
+
+
+def test_fmt_value_nested_units() -> None:
+    assert fmt_value("peak_memory_gib", 36.389) == "36.39 GiB"
+    assert fmt_value("memory_breakdown.weights", 2.45) == "2.45 GiB"
+    assert fmt_value("exposed_comm_by_kind.dp_comm", 0.0046) == "4.60 ms"
+    assert fmt_value("comm_bytes_per_gpu", 2**30) == "1.0 GiB"
+
+
+def test_simulated_report_has_every_section() -> None:
+    import simtrain
+    from simtrain.report.topology import topology_figure
+
+    root = Path(__file__).resolve().parents[2]
+    result = simtrain.simulate(root / "scenarios/quickstart.yaml")
+    doc = render_report(result.summary, result.timeline, title="q",
+                        server_of=result.cluster.server_of, graph=result.graph,
+                        links=result.cluster.links, topology=topology_figure(result.cluster))
+    order = [doc.index(f'id="{i}"') for i in (GANTT_DIV_ID, BREAKDOWN_DIV_ID,
+                                                "comm-overlap-chart", "links-chart",
+                                                "critical-path-table", "topology-chart")]
+    assert order == sorted(order)
+    assert len(re.findall(r"plotly\.js v\d", doc)) == 1
+    assert "<script src=" not in doc
