@@ -1,0 +1,225 @@
+"""The sweep report: metrics against the axes, best and worst points' Gantt charts, table.
+
+One self-contained HTML page (plotly.js inlined once; see :mod:`simtrain.report.html`).
+Step time, MFU and peak memory are drawn against the axes: a line per metric when one
+dimension varies, a heatmap over the first two varying dimensions otherwise (with a slider
+over the remaining ones). Invalid points are gaps, listed with reasons.
+The best and worst points (by the sweep's objective) are simulated again here, in the
+parent, to draw their Gantt charts: timelines never travel between processes.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import plotly.graph_objects as go
+
+from simtrain.report.gantt import gantt_figure
+from simtrain.report.html import cards_html, figure_div, page, write_report
+
+if TYPE_CHECKING:
+    from simtrain.study.run import SweepResult
+    from simtrain.study.spec import SweepSpec
+
+# (summary column, label, scale for display, better when lower)
+METRICS: tuple[tuple[str, str, float, bool], ...] = (
+    ("step_time_s", "step time (ms)", 1e3, True),
+    ("mfu", "MFU (%)", 100.0, False),
+    ("peak_memory_gib", "peak memory (GiB)", 1.0, True),
+)
+MAX_TABLE_ROWS = 2000
+MAX_SLIDER_STEPS = 48
+
+
+class _Divs:
+    def __init__(self) -> None:
+        self.first = True
+
+    def __call__(self, fig: go.Figure, div_id: str) -> str:
+        out = figure_div(fig, div_id, include_plotlyjs=self.first)
+        self.first = False
+        return out
+
+
+def render_sweep_report(result: SweepResult) -> str:
+    """The report for a finished (or partial) sweep as one HTML string (deterministic)."""
+    spec, rows = result.spec, result.rows
+    div = _Divs()
+    counts = result.counts
+    parts = [f"<header><h1>Sweep: {html.escape(spec.name)}</h1>",
+             f'<p class="muted">{len(rows):,} of {len(spec):,} points · {counts["ok"]:,} ok · '
+             f'{counts["invalid"]:,} invalid · {counts["failed"]:,} failed · base '
+             f"{html.escape(spec.base_label)} · objective {spec.objective.goal} "
+             f"{html.escape(spec.objective.metric)}</p></header>"]
+    figures = metric_figures(spec, rows)
+    if figures:
+        parts.append('<section id="metrics"><h2>Metrics against the axes</h2>')
+        parts.extend(div(fig, f"sweep-{name}") for name, fig in figures)
+        parts.append("</section>")
+    for label, row in (("best", result.best), ("worst", result.worst)):
+        if row is not None:
+            parts.append(_point_section(spec, label, row, div))
+    parts.append(_table_html(spec, rows))
+    return page(f"sweep {spec.name}", "\n".join(parts))
+
+
+def write_sweep_report(result: SweepResult, path: Path) -> Path:
+    """Render and write the report (creating folders); return its path."""
+    return write_report(path, render_sweep_report(result))
+
+
+def metric_figures(spec: SweepSpec, rows: Sequence[dict[str, Any]]
+                   ) -> list[tuple[str, go.Figure]]:
+    """(name, figure) per metric present in ``rows``.
+
+    One varying dimension: a line. Two: a heatmap. More: a heatmap over the first two
+    with a slider over the combinations of the others (up to ``MAX_SLIDER_STEPS``; beyond
+    that each cell shows the best value over the other dimensions). Colours share one
+    scale across slider steps. Invalid points are gaps (marked "invalid" in heatmaps).
+    """
+    sizes = [len(next(iter(d.values()))) for d in spec.dims]
+    varying = [i for i, n in enumerate(sizes) if n > 1]
+    if not varying:
+        return []
+    rest = varying[2:]
+    combos = list(itertools.product(*(range(sizes[i]) for i in rest)))
+    collapse = len(combos) > MAX_SLIDER_STEPS
+    out = []
+    for column, label, scale, lower in METRICS:
+        if not any(isinstance(r.get(column), int | float) for r in rows):
+            continue
+        layers: dict[tuple[int, ...], dict[tuple[int, ...], float]] = {
+            () if collapse else c: {} for c in combos}
+        invalid: dict[tuple[int, ...], set[tuple[int, ...]]] = {c: set() for c in layers}
+        for r in rows:
+            coords = _unravel(r["index"], sizes)
+            which = () if collapse else tuple(coords[i] for i in rest)
+            layer = layers[which]
+            key = tuple(coords[i] for i in varying[:2])
+            v = r.get(column)
+            if r["status"] != "ok" or not isinstance(v, int | float):
+                invalid[which].add(key)
+                continue
+            old, value = layer.get(key), float(v) * scale
+            if old is None or (value < old if lower else value > old):
+                layer[key] = value
+        note = " (best over the other axes)" if collapse else ""
+        if len(varying) == 1:
+            fig = _line(spec, varying[0], layers[()], label)
+        else:
+            # a step's name: the other dimensions' values ("" for the collapsed layer ())
+            steps = [(", ".join(f"{_dim_label(spec, d, short=True)}={_dim_values(spec, d)[i]}"
+                                for d, i in zip(rest, c, strict=False)), cells, invalid[c])
+                     for c, cells in layers.items()]
+            fig = _heatmap(spec, varying[0], varying[1], steps, label)
+        fig.update_layout(title=f"{label}{note}", height=420 if len(layers) > 1 else 380,
+                          margin={"t": 50, "b": 40})
+        out.append((column, fig))
+    return out
+
+
+def _line(spec: SweepSpec, dim: int, cells: dict[tuple[int, ...], float], label: str
+          ) -> go.Figure:
+    values = _dim_values(spec, dim)
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    xs = values if numeric else [str(v) for v in values]
+    ys = [cells.get((i,)) for i in range(len(values))]
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", name=label,
+                               connectgaps=False))
+    log = numeric and min(values) > 0 and max(values) / min(values) >= 16
+    fig.update_xaxes(title=_dim_label(spec, dim), type="log" if log else None)
+    fig.update_yaxes(title=label)
+    return fig
+
+
+def _heatmap(spec: SweepSpec, dx: int, dy: int,
+             steps: list[tuple[str, dict[tuple[int, ...], float], set[tuple[int, ...]]]],
+             label: str) -> go.Figure:
+    """One heatmap trace per step (slider when several), all on one colour scale.
+
+    A step is (name, {(x, y): value}, {(x, y) of invalid points}); invalid cells read
+    "invalid", cells not run yet stay blank.
+    """
+    xs, ys = _dim_values(spec, dx), _dim_values(spec, dy)
+    known = [v for _, cells, _ in steps for v in cells.values()]
+    zmin, zmax = (min(known), max(known)) if known else (None, None)
+    fig = go.Figure()
+    for n, (_, cells, bad) in enumerate(steps):
+        z = [[cells.get((i, j)) for i in range(len(xs))] for j in range(len(ys))]
+        text = [[f"{v:.4g}" if v is not None else "invalid" if (i, j) in bad else ""
+                 for i, v in enumerate(row)] for j, row in enumerate(z)]
+        fig.add_trace(go.Heatmap(x=[str(v) for v in xs], y=[str(v) for v in ys], z=z,
+                                 text=text, texttemplate="%{text}", colorscale="Viridis",
+                                 zmin=zmin, zmax=zmax, colorbar={"title": label},
+                                 hoverongaps=False, visible=n == 0))
+    if len(steps) > 1:
+        fig.update_layout(sliders=[{
+            "active": 0, "pad": {"t": 40},
+            "steps": [{"label": name, "method": "update",
+                       "args": [{"visible": [k == n for k in range(len(steps))]}]}
+                      for n, (name, _, _) in enumerate(steps)],
+        }])
+    fig.update_xaxes(title=_dim_label(spec, dx), type="category")
+    fig.update_yaxes(title=_dim_label(spec, dy), type="category")
+    return fig
+
+
+def _point_section(spec: SweepSpec, label: str, row: dict[str, Any], div: _Divs) -> str:
+    """Cards, axis values and the Gantt chart of one point, simulated again here."""
+    from simtrain.scenario import load_scenario
+    from simtrain.simulate import simulate
+    from simtrain.study.spec import Point
+
+    values = tuple((k, row[k]) for k in spec.axes)
+    point = Point(row["index"], row["point_id"], values)
+    source = spec.base_path if spec.base_path is not None else spec.base
+    result = simulate(load_scenario(source, point.overrides))
+    where = ", ".join(f"{k} = {v}" for k, v in values)
+    fig = gantt_figure(result.timeline, server_of=result.cluster.server_of,
+                       title=f"{label} point #{point.index}: {where}")
+    return (f'<section id="{label}"><h2>{label.capitalize()} point (#{point.index})</h2>'
+            f"<p>{html.escape(where)}</p>{cards_html(result.summary)}\n"
+            f"{div(fig, f'gantt-{label}')}</section>")
+
+
+def _table_html(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
+    shown = rows[:MAX_TABLE_ROWS]
+    head = ["#", *spec.axes, "status", *(m[1] for m in METRICS), "reason"]
+    body = []
+    for r in shown:
+        cells = [str(r["index"]), *(html.escape(str(r.get(k))) for k in spec.axes),
+                 r["status"]]
+        for column, _, scale, _lower in METRICS:
+            v = r.get(column)
+            cells.append(f"{v * scale:.4g}" if isinstance(v, int | float) else "")
+        cells.append(html.escape(r.get("error") or ""))
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    more = (f'<p class="muted">first {MAX_TABLE_ROWS:,} of {len(rows):,} rows; the CSV and '
+            "Parquet files have all</p>") if len(rows) > MAX_TABLE_ROWS else ""
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return (f'<section id="points"><h2>Points</h2>{more}<table class="summary">'
+            f"<thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table></section>")
+
+
+def _dim_values(spec: SweepSpec, dim: int) -> list[Any]:
+    return list(next(iter(spec.dims[dim].values())))
+
+
+def _dim_label(spec: SweepSpec, dim: int, *, short: bool = False) -> str:
+    keys = list(spec.dims[dim])
+    if short or len(keys) == 1:
+        return keys[0]
+    return f"{keys[0]} (with {', '.join(keys[1:])})"
+
+
+def _unravel(index: int, sizes: Sequence[int]) -> list[int]:
+    """Grid coordinates of ``index`` (first dimension slowest)."""
+    coords = []
+    for n in reversed(sizes):
+        coords.append(index % n)
+        index //= n
+    return coords[::-1]

@@ -1,0 +1,57 @@
+"""``simtrain sweep``: JSON output, exit codes, messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from simtrain.cli_sweep import register
+
+ROOT = Path(__file__).resolve().parents[2]
+app = typer.Typer()
+register(app)
+
+
+@app.callback()
+def _root() -> None:
+    """Keep ``sweep`` a subcommand, as on the main app."""
+
+
+def _sweep(tmp_path: Path, axes: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(f"base: {ROOT / 'scenarios' / 'quickstart.yaml'}\naxes:\n{axes}")
+    return path
+
+
+def test_json_output_counts_rows_and_files(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, "  model.num_layers: [1, 3000]\n")
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "o"),
+                                      "--executor", "serial", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["points"], doc["ok"], doc["invalid"], doc["ran"]) == (2, 1, 1, 2)
+    assert doc["best"]["values"] == {"model.num_layers": 1}
+    assert doc["rows"][1]["status"] == "invalid" and "out of memory" in doc["rows"][1]["error"]
+    assert set(doc["files"]) == {"journal", "parquet", "csv", "report"}
+    assert Path(doc["files"]["report"]).exists()
+
+
+def test_bad_sweep_exits_2_with_one_line(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, "  model.num_layer: [1, 2]\n")
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--executor", "serial",
+                                      "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "axis model.num_layer: unknown field 'num_layer'; did you mean 'num_layers'?" \
+        in result.output.replace("\n", "")
+
+
+def test_bad_options_exit_2(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, "  model.num_layers: [1]\n")
+    for args, words in ((["--executor", "slurm"], "unknown executor 'slurm'"),
+                        (["--scheduler", "tcp://x:1"], "--scheduler needs --executor dask"),
+                        (["--batch-size", "0"], "--batch-size must be at least 1")):
+        result = CliRunner().invoke(app, ["sweep", str(sweep), *args])
+        assert result.exit_code == 2 and words in result.output, result.output
