@@ -12,7 +12,7 @@ import difflib
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
@@ -39,6 +39,15 @@ class SimConfig(BaseModel):
     seed: int = 0
     # rank -> time (s or "2ms") at which that rank hangs: it issues no further work.
     hangs: dict[int, Seconds] = Field(default_factory=dict)
+    # Task granularity: "op" (one task per kernel), "layer" (kernels between collectives
+    # fused), "stage" (one task per pipeline step, collectives aggregated; for 10k+ GPUs).
+    granularity: Literal["op", "layer", "stage"] = "op"
+    # Simulate even when the plan does not fit in GPU memory (otherwise an error).
+    ignore_memory: bool = False
+    # "flow": collectives run as flows sharing link bandwidth (contention). "analytic":
+    # each collective/transfer takes the comm model's idle-network time (no contention);
+    # much cheaper, for clusters too large for the flow network.
+    network: Literal["flow", "analytic"] = "flow"
 
 
 class Scenario(BaseModel):
@@ -248,15 +257,17 @@ def load_scenario(source: str | Path | Mapping[str, Any],
 def _check(src: _Source, scenario: Scenario) -> None:
     """Cross-section checks that need the built cluster and model: world size, batch, sequence."""
     from simtrain.hardware.topology import build_cluster
-    from simtrain.parallel.plan import check_plan
+    from simtrain.parallel.plan import check_parallelism
 
     try:
         cluster = build_cluster(scenario.cluster)
     except ValueError as exc:
         raise src.error(("cluster",), str(exc)) from None
-    dp = scenario.parallelism.dp or cluster.num_gpus
-    problems = check_plan(dp, cluster.num_gpus, scenario.training.global_batch_size,
-                          scenario.training.micro_batch_size)
+    per_node = sum(1 for r in range(cluster.num_gpus) if cluster.server_of(r) == 0)
+    problems = check_parallelism(
+        scenario.parallelism, scenario.model, num_gpus=cluster.num_gpus,
+        gpus_per_node=per_node, global_batch=scenario.training.global_batch_size,
+        micro_batch=scenario.training.micro_batch_size, seq_len=scenario.seq_len)
     if scenario.seq_len > scenario.model.max_seq_len:
         problems.append(("training.seq_len",
                          f"seq_len={scenario.seq_len} exceeds the model's max_seq_len="

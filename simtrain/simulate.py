@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from simtrain.comm.algorithms import Call
 from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
-from simtrain.engine.timeline import Timeline
+from simtrain.engine.timeline import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    Timeline,
+    merge_intervals,
+    overlap_length,
+)
+from simtrain.errors import ScenarioError
 from simtrain.hardware.topology import Cluster, build_cluster
-from simtrain.parallel.ddp import DDPPlan, lower_ddp
+from simtrain.parallel.lower import Lowering, LowerOptions
+from simtrain.parallel.plan import ParallelDims
+from simtrain.parallel.schedule import Step, build_schedule, peak_in_flight
+from simtrain.parallel.shard import ShardSpec, Unit, chunk_units, stage_layers
 from simtrain.report.metrics import summarize
 from simtrain.scenario import Scenario, load_scenario
 from simtrain.training import DTYPE_BYTES, optimizer_bytes_per_param
 from simtrain.workload.compute import op_time
-from simtrain.workload.model import Op, lower_model, model_flops_per_step, num_parameters
+from simtrain.workload.memory import (
+    GIB,
+    MemoryReport,
+    layer_activation_bytes,
+    model_state_bytes,
+)
+from simtrain.workload.model import model_flops_per_step, num_parameters
 
 
 @dataclass
@@ -30,43 +47,181 @@ class SimulationResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def build_graph(scenario: Scenario, cluster: Cluster) -> TaskGraph:
+@dataclass(frozen=True)
+class Plan:
+    """The scenario's plan resolved against its cluster: degrees, shards and schedule."""
+
+    dims: ParallelDims
+    micro_batches: int
+    units: list[list[list[Unit]]]  # [stage][chunk] -> units of one rank of that stage
+    schedule: list[list[Step]]
+    p2p_bytes: float
+
+
+def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
+    """Resolve degrees, per-stage model shards and the pipeline schedule."""
+    par, train, cfg = scenario.parallelism, scenario.training, scenario.model
+    dims = par.dims(cluster.num_gpus)
+    m = micro_batches(scenario, cluster)
+    spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
+                     cp_algorithm=par.cp_algorithm, pp=dims.pp)
+    b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
+    ranges = stage_layers(cfg.num_layers, dims.pp, dims.vpp, par.pp_layers)
+    units = [[chunk_units(cfg, layers, first=(st, c) == (0, 0),
+                          last=(st, c) == (dims.pp - 1, dims.vpp - 1), b=b, s=s, dt=dt,
+                          spec=spec)
+              for c, layers in enumerate(chunks)] for st, chunks in enumerate(ranges)]
+    kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
+    schedule = build_schedule(kind, dims.pp, m, dims.vpp)
+    p2p = dt * b * (s // dims.cp) * cfg.hidden_size / (dims.tp if dims.sp else 1)
+    return Plan(dims, m, units, schedule, float(p2p))
+
+
+def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) -> TaskGraph:
     """Lower the scenario's model and plan to a task graph over every GPU of ``cluster``."""
-    train = scenario.training
-    dp = scenario.parallelism.dp or cluster.num_gpus
-    layers = lower_model(scenario.model, train.micro_batch_size, scenario.seq_len,
-                         train.dtype_bytes)
-    params = num_parameters(scenario.model)
-    ddp = scenario.parallelism.ddp
-    optimizer = Op(
-        name="optimizer.step", kind="elementwise", flops=0.0,
-        bytes=params * optimizer_bytes_per_param(train.optimizer, train.dtype),
-        gemm_shape=None, params=(), activation_bytes=0.0,
-    )
-    plan = DDPPlan(
-        ranks=tuple(range(dp)),
-        micro_batches=micro_batches(scenario, cluster),
+    plan = plan or build_plan(scenario, cluster)
+    train, par = scenario.training, scenario.parallelism
+    ddp = par.ddp
+    options = LowerOptions(
+        dims=plan.dims, micro_batches=plan.micro_batches, dtype_bytes=train.dtype_bytes,
         grad_bytes_per_element=DTYPE_BYTES[ddp.grad_dtype],
-        first_bucket_bytes=ddp.first_bucket_bytes,
-        bucket_cap_bytes=ddp.bucket_cap_bytes,
+        first_bucket_bytes=ddp.first_bucket_bytes, bucket_cap_bytes=ddp.bucket_cap_bytes,
         overlap=ddp.overlap,
-        optimizer_op=optimizer,
+        optimizer_bytes_per_param=optimizer_bytes_per_param(train.optimizer, train.dtype),
+        recompute=par.recompute, granularity=scenario.sim.granularity,
+        p2p_bytes=plan.p2p_bytes, imbalance=scenario.model.routing_imbalance,
+        capacity_factor=scenario.model.capacity_factor,
     )
+    if scenario.sim.network == "analytic":
+        options = replace(options, comm_time=analytic_comm_time(scenario, cluster))
     graph = TaskGraph(num_ranks=cluster.num_gpus)
     gpu, compute = cluster.gpu_spec, scenario.compute
-    lower_ddp(graph, layers, plan, lambda op: op_time(op, gpu, compute, train.dtype))
+    Lowering(graph, plan.units, plan.schedule, options,
+             lambda op: op_time(op, gpu, compute, train.dtype)).run()
     return graph
 
 
+def analytic_comm_time(scenario: Scenario, cluster: Cluster
+                       ) -> Callable[[str, tuple[int, ...], float], float]:
+    """Seconds of a collective on an idle network, from the scenario's comm model.
+
+    Groups with the same shape (op, bytes, rank offsets, first rank's local index) share
+    one prediction, so a 16k-GPU plan costs a handful of model calls.
+    """
+    model = scenario.comm.build(cluster, cluster.gpu_spec.arch)
+    per_node = sum(1 for r in range(min(cluster.num_gpus, 1024))
+                   if cluster.server_of(r) == cluster.server_of(0))
+    cache: dict[tuple[object, ...], float] = {}
+
+    def seconds(op: str, ranks: tuple[int, ...], nbytes: float) -> float:
+        key = (op, nbytes, tuple(r - ranks[0] for r in ranks), ranks[0] % per_node)
+        if key not in cache:
+            cache[key] = model.plan(Call(op, tuple(ranks), nbytes)).predicted_s
+        return cache[key]
+
+    return seconds
+
+
+def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryReport:
+    """Per-GPU memory of the fullest stage (see ``simtrain.workload.memory`` conventions).
+
+    Gradients are kept in ``parallelism.ddp.grad_dtype`` (fp32 by default: Megatron's and
+    PyTorch AMP's 18 B/param before sharding). Communication buffers: two gradient buckets
+    in flight (zero < 3), two gathered units (ZeRO-3 prefetch), and the pipeline send and
+    receive buffers.
+    """
+    dims, par, train, cfg = plan.dims, scenario.parallelism, scenario.training, scenario.model
+    grad_bytes = DTYPE_BYTES[par.ddp.grad_dtype]
+    dt = train.dtype_bytes
+    per_layer = layer_activation_bytes(cfg, train.micro_batch_size, scenario.seq_len,
+                                       tp=dims.tp, cp=dims.cp, sp=dims.sp,
+                                       recompute=par.recompute, dtype_bytes=dt)
+    worst: MemoryReport | None = None
+    for stage, chunks in enumerate(plan.units):
+        params = [p for chunk in chunks for u in chunk for p in u.params]
+        expert = sum(p.numel for p in params if ".experts." in p.name)
+        dense = sum(p.numel for p in params) - expert
+        states = model_state_bytes(dense, zero=dims.zero, dp=dims.dp * dims.cp,
+                                   weight_bytes=dt, grad_bytes=grad_bytes)
+        for k, v in model_state_bytes(expert, zero=dims.zero, dp=dims.dp // dims.ep * dims.cp,
+                                      weight_bytes=dt, grad_bytes=grad_bytes).items():
+            states[k] += v
+        layers_per_chunk = max(sum(1 for u in chunk if u.layer >= 0) for chunk in chunks)
+        acts = peak_in_flight(plan.schedule[stage]) * layers_per_chunk * per_layer
+        if par.recompute == "full":  # one layer recomputed at a time, fully materialised
+            acts += layer_activation_bytes(cfg, train.micro_batch_size, scenario.seq_len,
+                                           tp=dims.tp, cp=dims.cp, sp=dims.sp, dtype_bytes=dt)
+        if stage == dims.pp - 1:  # fp32 logits/softmax of one microbatch, V/t per rank
+            acts += 4.0 * train.micro_batch_size * scenario.seq_len / dims.cp \
+                * cfg.vocab_size / dims.tp
+        if dims.zero == 3:
+            largest = max(sum(p.numel for p in u.params) for c in chunks for u in c)
+            buffers = 2.0 * largest * dt
+        else:
+            buffers = 2.0 * min(par.ddp.bucket_cap_bytes, dense * grad_bytes)
+        if dims.pp > 1:
+            buffers += 2.0 * plan.p2p_bytes
+        report = MemoryReport(stage, {**states, "activations": acts, "comm_buffers": buffers},
+                              cluster.gpu_spec.hbm_bytes)
+        if worst is None or report.total > worst.total:
+            worst = report
+    assert worst is not None
+    return worst
+
+
+def step_breakdown(timeline: Timeline) -> dict[str, Any]:
+    """Exposed communication per kind and idle (bubble) time, averaged over ranks.
+
+    Exposed time of a kind is its busy time during which the rank computes nothing (kinds
+    overlapping each other are each counted). Bubble is the time a rank neither computes
+    nor communicates: pipeline fill and drain, and waits for late peers. These are rank
+    averages: under 1F1B the last stages finish backward early, so their gradient
+    reduction counts as exposed although it runs in what would otherwise be their drain
+    bubble and does not lengthen the step.
+    """
+    step = timeline.end
+    by_rank = timeline.by_rank()
+    exposed: dict[str, float] = {k: 0.0 for k in COMM_KINDS}
+    bubble = 0.0
+    for spans in by_rank.values():
+        compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
+        busy = merge_intervals((s.start, s.end) for s in spans)
+        bubble += step - sum(e - s for s, e in busy)
+        for kind in COMM_KINDS:
+            comm = merge_intervals((s.start, s.end) for s in spans if s.kind == kind)
+            if comm:
+                exposed[kind] += sum(e - s for s, e in comm) - overlap_length(comm, compute)
+    n = max(len(by_rank), 1)
+    bubble_s = bubble / n
+    return {
+        "exposed_comm_by_kind": {k: v / n for k, v in exposed.items() if v > 0},
+        "bubble_s": bubble_s,
+        "bubble_fraction": bubble_s / step if step > 0 else 0.0,
+    }
+
+
 def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationResult:
-    """Simulate one training step of ``scenario`` (a Scenario, a YAML path or a dict)."""
+    """Simulate one training step of ``scenario`` (a Scenario, a YAML path or a dict).
+
+    Raises ScenarioError when the plan does not fit in GPU memory, unless
+    ``sim.ignore_memory`` is set.
+    """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     cluster = build_cluster(scenario.cluster)
-    graph = build_graph(scenario, cluster)
-    timeline = execute(graph, cluster, collective_latency=scenario.comm.collective_latency,
-                       hangs=scenario.sim.hangs)
+    plan = build_plan(scenario, cluster)
+    memory = memory_report(scenario, cluster, plan)
+    if not memory.fits() and not scenario.sim.ignore_memory:
+        raise ScenarioError(
+            f"out of memory: {memory.describe()}; add tensor/pipeline parallelism, a higher "
+            f"parallelism.zero stage, parallelism.recompute: full or a smaller "
+            f"micro_batch_size, or set sim.ignore_memory: true to simulate anyway",
+            source=scenario.name, field="parallelism")
+    graph = build_graph(scenario, cluster, plan)
+    comm = scenario.comm.build(cluster, cluster.gpu_spec.arch)
+    timeline = execute(graph, cluster, comm=comm, hangs=scenario.sim.hangs)
     tokens = scenario.training.global_batch_size * scenario.seq_len
+    dims = plan.dims
     summary = {
         "scenario": scenario.name,
         "gpu": cluster.gpu_spec.name,
@@ -77,14 +232,19 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
             model_flops_per_step=model_flops_per_step(scenario.model, tokens, scenario.seq_len),
             peak_flops_per_gpu=cluster.gpu_spec.flops(scenario.training.dtype),
         ),
+        **step_breakdown(timeline),
+        "peak_memory_gib": memory.total / GIB,
+        "memory_breakdown": memory.gib(),
+        "parallelism": {"tp": dims.tp, "cp": dims.cp, "pp": dims.pp, "dp": dims.dp,
+                        "ep": dims.ep, "vpp": dims.vpp, "zero": dims.zero, "sp": dims.sp},
         "parameters": num_parameters(scenario.model),
-        "micro_batches": micro_batches(scenario, cluster),
+        "micro_batches": plan.micro_batches,
         "tasks": len(graph.tasks),
     }
     return SimulationResult(scenario, cluster, graph, timeline, summary)
 
 
 def micro_batches(scenario: Scenario, cluster: Cluster) -> int:
-    """Microbatches per rank per step (gradient-accumulation steps)."""
-    dp = scenario.parallelism.dp or cluster.num_gpus
-    return scenario.training.global_batch_size // (dp * scenario.training.micro_batch_size)
+    """Microbatches per pipeline per step (gradient-accumulation steps)."""
+    dims = scenario.parallelism.dims(cluster.num_gpus)
+    return scenario.training.global_batch_size // (dims.dp * scenario.training.micro_batch_size)

@@ -101,3 +101,31 @@ def test_missing_section_and_file(tmp_path):
         load_scenario(_write(tmp_path, "cluster: {preset: dgx-a100}\nmodel: {preset: tiny-gpt}\n"))
     with pytest.raises(ScenarioError, match="cannot read scenario file"):
         load_scenario(tmp_path / "nope.yaml")
+
+
+def test_large_scenarios_load_and_fit_in_memory():
+    # Loading checks the plan (degrees, divisibility); the memory model runs without
+    # simulating (these take minutes; they are run by hand, see scenarios/large/).
+    from pathlib import Path
+
+    from simtrain.hardware.topology import build_cluster
+    from simtrain.simulate import build_plan, memory_report
+
+    root = Path(__file__).resolve().parents[1] / "scenarios" / "large"
+    for path in sorted(root.glob("*.yaml")):
+        s = load_scenario(path)
+        cluster = build_cluster(s.cluster)
+        plan = build_plan(s, cluster)
+        assert plan.dims.tp * plan.dims.pp * plan.dims.dp == cluster.num_gpus
+        assert memory_report(s, cluster, plan).fits(), path.stem
+
+
+def test_parallelism_and_sim_fields_round_trip(tmp_path):
+    text = GOOD.replace("  ddp:\n", "  tp: 2\n  pp: 2\n  sp: true\n  zero: 1\n  ddp:\n")
+    s = load_scenario(_write(tmp_path, text + "sim:\n  granularity: layer\n"
+                             "  ignore_memory: true\n"))
+    dims = s.parallelism.dims(16)
+    assert (dims.tp, dims.pp, dims.dp, dims.sp, dims.zero) == (2, 2, 4, True, 1)
+    assert s.sim.granularity == "layer" and s.sim.ignore_memory
+    with pytest.raises(ScenarioError, match=r"parallelism.zero: .*got 4"):
+        load_scenario(_write(tmp_path, text.replace("zero: 1", "zero: 4")))

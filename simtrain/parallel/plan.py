@@ -1,15 +1,32 @@
-"""The scenario's ``parallelism:`` section and its checks against the cluster and model."""
+"""The scenario's ``parallelism:`` section, and ``ParallelDims``: degrees, ranks and groups.
+
+``ParallelDims`` is the one validated object that owns the degrees (tp, cp, pp, dp, ep,
+virtual stages, ZeRO stage, SP), the rank <-> coordinate mapping and the process groups.
+Ranks are laid out by ``order`` from innermost to outermost; the default "tp-cp-pp-dp"
+(Megatron-LM, Llama 3 §3.3.2) keeps the TP group on consecutive ranks, i.e. inside one
+server when tp divides the GPUs per node. Expert parallelism is carved out of data
+parallelism (as in Megatron-Core): an EP group is ``ep`` consecutive DP replicas with the
+same tp/cp/pp coordinates, so ``ep`` must divide ``dp``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from simtrain.units import MiBCount
+from simtrain.workload.model import ModelConfig
 
 # PyTorch DDP defaults, torch/csrc/distributed/c10d/reducer.hpp:
 # kDefaultFirstBucketBytes = 1 MiB, kDefaultBucketBytesCap = 25 MiB.
 DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20
 DEFAULT_FIRST_BUCKET_BYTES = 1 * 2**20
+
+DIMS = ("tp", "cp", "pp", "dp")
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
 
 
 class DDPConfig(BaseModel):
@@ -38,12 +55,245 @@ class DDPConfig(BaseModel):
 
 
 class ParallelismConfig(BaseModel):
-    """How the step is split across GPUs. Data parallelism over every GPU by default."""
+    """How the step is split across GPUs. Data parallelism over every GPU by default.
+
+    ``dp`` None means "whatever is left": world / (tp·cp·pp). ``pp_layers`` gives uneven
+    stages (transformer layers per stage, first to last; vpp must be 1). ``zero`` is the
+    ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e. FSDP
+    full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
+    2022) or full (whole layers). ``cp_algorithm``: ring attention or all-gather of KV.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    dp: int | None = Field(None, gt=0, description="data-parallel degree; all GPUs if None")
+    dp: int | None = Field(None, gt=0, description="data-parallel degree; the rest if None")
+    tp: int = Field(1, gt=0)
+    cp: int = Field(1, gt=0)
+    pp: int = Field(1, gt=0)
+    ep: int = Field(1, gt=0)
+    vpp: int = Field(1, gt=0, description="virtual pipeline stages (model chunks) per rank")
+    sp: bool = False
+    zero: Literal[0, 1, 2, 3] = 0
+    order: str = "tp-cp-pp-dp"
+    schedule: Schedule = "1f1b"
+    pp_layers: list[int] | None = None
+    recompute: Literal["none", "selective", "full"] = "none"
+    cp_algorithm: Literal["ring", "allgather"] = "ring"
     ddp: DDPConfig = Field(default_factory=DDPConfig)
+
+    def dims(self, world_size: int) -> ParallelDims:
+        """The validated degrees for a cluster of ``world_size`` GPUs (ValueError if bad)."""
+        inner = self.tp * self.cp * self.pp
+        dp = self.dp if self.dp is not None else max(1, world_size // inner)
+        return ParallelDims(tp=self.tp, cp=self.cp, pp=self.pp, dp=dp, ep=self.ep,
+                            vpp=self.vpp, zero=self.zero, sp=self.sp, order=self.order,
+                            world_size=world_size)
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """Parallel degrees with their invariants, the rank layout and the process groups.
+
+    A rank's coordinates are its indices along ``order`` (innermost first): with the default
+    "tp-cp-pp-dp", rank = tp_i + tp·(cp_i + cp·(pp_i + pp·dp_i)).
+    """
+
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    zero: int = 0
+    sp: bool = False
+    order: str = "tp-cp-pp-dp"
+    world_size: int = 0  # 0: tp·cp·pp·dp
+    _axes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "cp", "pp", "dp", "ep", "vpp"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"parallelism.{name} must be a positive integer, got {value!r}")
+        axes = tuple(a.strip() for a in self.order.split("-"))
+        if sorted(axes) != sorted(DIMS):
+            raise ValueError(f"parallelism.order {self.order!r} must name each of tp, cp, pp, "
+                             f"dp once, innermost first, e.g. 'tp-cp-pp-dp'")
+        object.__setattr__(self, "_axes", axes)
+        product = self.tp * self.cp * self.pp * self.dp
+        if self.world_size == 0:
+            object.__setattr__(self, "world_size", product)
+        if product != self.world_size:
+            raise ValueError(
+                f"tp x cp x pp x dp = {self.tp} x {self.cp} x {self.pp} x {self.dp} = "
+                f"{product} does not match the world size {self.world_size}; change the "
+                f"degrees so they multiply to {self.world_size} (or leave dp unset to use "
+                f"{self.world_size} / (tp x cp x pp))")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"parallelism.zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.sp and self.tp == 1:
+            raise ValueError("parallelism.sp (sequence parallelism) splits activations "
+                             "across the tensor-parallel group, so it needs tp > 1; set "
+                             "tp >= 2 or sp: false")
+        if self.dp % self.ep:
+            raise ValueError(f"parallelism.ep={self.ep} must divide dp={self.dp} (experts "
+                             f"are spread over data-parallel replicas); use an ep dividing "
+                             f"{self.dp}")
+        if self.vpp > 1 and self.pp == 1:
+            raise ValueError(f"parallelism.vpp={self.vpp} needs pipeline parallelism; set "
+                             f"pp >= 2 or vpp: 1")
+
+    # ---- coordinates -------------------------------------------------------------------
+    def size(self, dim: str) -> int:
+        return int(getattr(self, dim))
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinates of ``rank`` along tp, cp, pp, dp."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} outside 0..{self.world_size - 1}")
+        out = {}
+        for axis in self._axes:
+            out[axis] = rank % self.size(axis)
+            rank //= self.size(axis)
+        return out
+
+    def rank(self, **coords: int) -> int:
+        """The rank at ``coords`` (missing ones are 0)."""
+        rank, stride = 0, 1
+        for axis in self._axes:
+            rank += coords.get(axis, 0) * stride
+            stride *= self.size(axis)
+        return rank
+
+    def group(self, rank: int, dims: str | Iterable[str]) -> tuple[int, ...]:
+        """Ranks sharing every coordinate of ``rank`` except along ``dims`` (in rank order).
+
+        ``dims`` may be several, e.g. ("dp", "cp") for the gradient-reduction group.
+        """
+        free = (dims,) if isinstance(dims, str) else tuple(dims)
+        base = self.coords(rank)
+        members = [base]
+        for axis in free:
+            members = [{**m, axis: i} for m in members for i in range(self.size(axis))]
+        return tuple(sorted(self.rank(**m) for m in members))
+
+    def groups(self, dims: str | Iterable[str]) -> list[tuple[int, ...]]:
+        """All distinct groups along ``dims``, each in rank order, sorted by first rank."""
+        seen: dict[tuple[int, ...], None] = {}
+        for rank in range(self.world_size):
+            seen.setdefault(self.group(rank, dims), None)
+        return list(seen)
+
+    def ep_group(self, rank: int) -> tuple[int, ...]:
+        """Expert-parallel group: ``ep`` consecutive DP replicas with the same tp/cp/pp."""
+        c = self.coords(rank)
+        start = c["dp"] // self.ep * self.ep
+        return tuple(self.rank(**{**c, "dp": start + i}) for i in range(self.ep))
+
+    def ep_index(self, rank: int) -> int:
+        return self.coords(rank)["dp"] % self.ep
+
+    def expert_dp_group(self, rank: int) -> tuple[int, ...]:
+        """Ranks holding the same experts: same tp/pp and EP index, over dp/ep x cp."""
+        c = self.coords(rank)
+        return tuple(sorted(
+            self.rank(**{**c, "cp": cp, "dp": d})
+            for cp in range(self.cp) for d in range(c["dp"] % self.ep, self.dp, self.ep)))
+
+    def stage_ranks(self, stage: int) -> list[int]:
+        """Ranks of pipeline stage ``stage``, ordered by (dp, cp, tp) so index k of every
+        stage is the p2p partner of index k of its neighbours."""
+        return sorted((r for r in range(self.world_size) if self.coords(r)["pp"] == stage),
+                      key=lambda r: (self.coords(r)["dp"], self.coords(r)["cp"],
+                                     self.coords(r)["tp"]))
+
+    @property
+    def grad_dims(self) -> tuple[str, ...]:
+        """Dimensions over which gradients are reduced: DP and CP (CP ranks hold the same
+        weights and see different tokens, as in Megatron-Core)."""
+        return ("dp", "cp")
+
+
+def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: int,
+                      gpus_per_node: int, global_batch: int, micro_batch: int,
+                      seq_len: int) -> list[tuple[str, str]]:
+    """Every problem with ``par`` for this model, cluster and batch, as (field, message).
+
+    Each message names the numbers involved and a fix. Empty when the plan is possible.
+    """
+    inner = par.tp * par.cp * par.pp
+    if inner == 1 and par.dp is not None:  # plain data parallelism: the original checks
+        return check_plan(par.dp, num_gpus, global_batch, micro_batch)
+    problems: list[tuple[str, str]] = []
+    if par.dp is None and num_gpus % inner:
+        return [("parallelism", f"tp x cp x pp = {par.tp} x {par.cp} x {par.pp} = {inner} "
+                 f"does not divide the cluster's {num_gpus} GPUs; pick degrees whose product "
+                 f"divides {num_gpus}")]
+    try:
+        dims = par.dims(num_gpus)
+    except ValueError as exc:
+        return [("parallelism", str(exc))]
+    t, a, kv = dims.tp, model.num_heads, model.kv_heads
+    if a % t:
+        problems.append(("parallelism.tp", f"num_heads={a} is not divisible by tp={t}; use a "
+                         f"tp dividing {a}"))
+    if (kv >= t and kv % t) or (kv < t and t % kv):
+        problems.append(("parallelism.tp", f"num_kv_heads={kv} and tp={t}: each TP rank "
+                         f"needs whole KV heads (kv_heads % tp == 0, or tp % kv_heads == 0 "
+                         f"to replicate them); use a tp dividing {kv} or a multiple of it"))
+    if model.ffn_size % t or (model.is_moe and model.expert_ffn_size % t):
+        problems.append(("parallelism.tp", f"the MLP width {model.ffn_size} (experts "
+                         f"{model.expert_ffn_size}) is not divisible by tp={t}"))
+    if t > 1 and gpus_per_node % t and par.order.startswith("tp"):
+        problems.append(("parallelism.tp", f"tp={t} does not divide the {gpus_per_node} GPUs "
+                         f"per node, so TP groups would straddle servers; use a tp dividing "
+                         f"{gpus_per_node} (or set parallelism.order to place TP yourself)"))
+    layers, p, v = model.num_layers, dims.pp, dims.vpp
+    if par.pp_layers is not None:
+        if v > 1:
+            problems.append(("parallelism.pp_layers", f"uneven stages (pp_layers) need vpp=1, "
+                             f"got vpp={v}; drop pp_layers or set vpp: 1"))
+        if len(par.pp_layers) != p or sum(par.pp_layers) != layers or min(par.pp_layers) < 1:
+            problems.append(("parallelism.pp_layers", f"pp_layers={par.pp_layers} must list pp"
+                             f"={p} positive layer counts summing to num_layers={layers}"))
+    elif layers % (p * v):
+        problems.append(("parallelism.pp", f"num_layers={layers} is not divisible by pp x "
+                         f"vpp = {p} x {v} = {p * v}; change pp/vpp or give uneven stages "
+                         f"with parallelism.pp_layers (one count per stage)"))
+    if dims.ep > 1 and not model.is_moe:
+        problems.append(("parallelism.ep", f"ep={dims.ep} needs a mixture-of-experts model "
+                         f"(model.num_experts > 0); set ep: 1"))
+    if model.is_moe and model.num_experts % dims.ep:
+        problems.append(("parallelism.ep", f"num_experts={model.num_experts} is not "
+                         f"divisible by ep={dims.ep}; use an ep dividing {model.num_experts}"))
+    per_step = dims.dp * micro_batch
+    if global_batch % per_step:
+        problems.append(("training.global_batch_size",
+                         f"global_batch_size={global_batch} is not divisible by dp x "
+                         f"micro_batch_size = {dims.dp} x {micro_batch} = {per_step}; use a "
+                         f"multiple of {per_step}"))
+    else:
+        m = global_batch // per_step
+        if par.schedule == "interleaved" and v > 1 and m % p:
+            problems.append(("training.global_batch_size", f"the interleaved schedule needs "
+                             f"microbatches ({m}) divisible by pp={p}; use a global batch "
+                             f"giving a multiple of {p} microbatches"))
+    if v > 1 and par.schedule != "interleaved":
+        problems.append(("parallelism.schedule", f"vpp={v} virtual stages need schedule: "
+                         f"interleaved (got {par.schedule}); set it or use vpp: 1"))
+    if par.schedule == "interleaved" and v == 1 and p > 1:
+        problems.append(("parallelism.vpp", "schedule: interleaved needs vpp >= 2 virtual "
+                         "stages per rank; set vpp or use schedule: 1f1b"))
+    if dims.cp > 1 and seq_len % (2 * dims.cp):
+        problems.append(("training.seq_len", f"seq_len={seq_len} is not divisible by 2 x cp "
+                         f"= {2 * dims.cp} (load-balanced causal context parallelism splits "
+                         f"each sequence in 2·cp chunks); use a multiple of {2 * dims.cp}"))
+    local = seq_len // dims.cp
+    if dims.sp and local % t:
+        problems.append(("training.seq_len", f"sequence parallelism splits the {local} "
+                         f"tokens per rank across tp={t}; use a seq_len divisible by "
+                         f"cp x tp = {dims.cp * t}"))
+    return problems
 
 
 def check_plan(

@@ -64,14 +64,22 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "mcore-314b": _p(_MCORE_2024, "Megatron-Core 314B", 96, 16384, 128),
     "mcore-462b": _p(_MCORE_2024, "Megatron-Core 462B", 112, 18432, 144),
     "tiny-gpt": _p({**_GPT3, "vocab_size": 1024, "max_seq_len": 512}, "tiny GPT", 4, 256, 4),
+    # Mixtral 8x7B (Jiang et al. 2024, "Mixtral of Experts", Table 1): 8 experts, top-2,
+    # Mistral-7B backbone (GQA 8 KV heads, SwiGLU ffn 14336), vocab 32000, 32k context.
+    "mixtral-8x7b": _p({**_LLAMA3, "vocab_size": 32000, "max_seq_len": 32768}, "Mixtral 8x7B",
+                       32, 4096, 32, ffn_hidden_size=14336, num_experts=8,
+                       experts_per_token=2),
+    "tiny-moe": _p({**_LLAMA3, "vocab_size": 1024, "max_seq_len": 512, "num_kv_heads": 2},
+                   "tiny MoE", 4, 256, 4, ffn_hidden_size=512, num_experts=4,
+                   experts_per_token=2),
 }
 
 # Defaults implied by the family when the user does not set them.
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt": dict(activation="gelu", tied_embeddings=True, position_embedding="learned",
-                norm="layernorm", bias=True),
+                norm="layernorm", bias=True, dropout_masks=True),
     "llama": dict(activation="swiglu", tied_embeddings=False, position_embedding="rope",
-                  norm="rmsnorm", bias=False),
+                  norm="rmsnorm", bias=False, dropout_masks=False),
 }
 
 
@@ -100,6 +108,22 @@ class ModelConfig(BaseModel):
     position_embedding: Literal["learned", "rope"] = "learned"
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     bias: bool = True
+    # Dropout after attention and MLP: no FLOPs modelled, but its masks are saved
+    # activations (1 byte per element, Korthikanti et al. 2022).
+    dropout_masks: bool = True
+    # "flash": fused attention, no s x s matrices are stored (FlashAttention); "standard":
+    # softmax and dropout of the s x s scores are materialised and saved for backward.
+    attention_kernel: Literal["flash", "standard"] = "flash"
+    # Mixture of experts (every layer's MLP): 0 = dense. Each token goes to
+    # ``experts_per_token`` of ``num_experts`` experts of width ``moe_ffn_hidden_size``
+    # (None: ffn_hidden_size). ``capacity_factor`` caps tokens per expert at that multiple
+    # of the mean (None: dropless); ``routing_imbalance`` gives the busiest expert-parallel
+    # rank (1 + imbalance) x the mean load.
+    num_experts: int = 0
+    experts_per_token: int = 2
+    moe_ffn_hidden_size: int | None = None
+    capacity_factor: float | None = None
+    routing_imbalance: float = 0.0
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> ModelConfig:
@@ -139,7 +163,25 @@ class ModelConfig(BaseModel):
         if self.ffn_hidden_size is None:
             self.ffn_hidden_size = (4 * h if self.activation == "gelu"
                                     else -(-(8 * h // 3) // 256) * 256)
+        if self.num_experts < 0 or self.routing_imbalance < 0:
+            raise ValueError(f"model.num_experts ({self.num_experts}) and routing_imbalance "
+                             f"({self.routing_imbalance}) must be >= 0")
+        if self.num_experts and not 1 <= self.experts_per_token <= self.num_experts:
+            raise ValueError(f"model.experts_per_token {self.experts_per_token} must be "
+                             f"between 1 and num_experts {self.num_experts}")
+        if self.capacity_factor is not None and self.capacity_factor < 1.0:
+            raise ValueError(f"model.capacity_factor {self.capacity_factor} must be >= 1 "
+                             f"(1 = exactly the mean load per expert), or null for dropless")
         return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn_size(self) -> int:
+        """Width of one expert's MLP."""
+        return self.moe_ffn_hidden_size or self.ffn_size
 
     @property
     def head_dim(self) -> int:
@@ -258,11 +300,44 @@ def _block(cfg: ModelConfig, i: int, b: int, s: int, dt: int) -> Layer:
             _norm(f"{p}.post_attn_norm", cfg, m, dt)]
     gated = cfg.activation == "swiglu"
     fc1_out = (2 if gated else 1) * f  # swiglu fuses gate and up projections
+    if cfg.is_moe:
+        router, experts = moe_ops(cfg, p, m, dt, cfg.num_experts, 1)
+        ops += [router, *experts,
+                _elementwise(f"{p}.mlp.residual", 2 * m * h, m * h, _ADD_FLOPS, dt)]
+        return Layer(p, tuple(ops))
     ops += [_gemm(f"{p}.mlp.fc1", m, fc1_out, h, dt, cfg.bias, dt * m * h),
             _elementwise(f"{p}.mlp.act", m * fc1_out, m * f, _ACT_FLOPS, dt, dt * m * fc1_out),
             _gemm(f"{p}.mlp.fc2", m, h, f, dt, cfg.bias, dt * m * f),
             _elementwise(f"{p}.mlp.residual", 2 * m * h, m * h, _ADD_FLOPS, dt)]
     return Layer(p, tuple(ops))
+
+
+def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
+            tp: int) -> tuple[Op, list[Op]]:
+    """The router GEMM (m, E, h) and ``local_experts`` experts' MLP as grouped kernels.
+
+    Each of m tokens goes to k experts, so the local experts see k·m tokens on average
+    when they are spread over E/local_experts ranks (or all E live here): the grouped GEMMs
+    have m' = k·m rows, expert width f_e/tp, and own the weights of every local expert.
+    """
+    h, k = cfg.hidden_size, cfg.experts_per_token
+    fe = cfg.expert_ffn_size // tp
+    fc1_out = (2 if cfg.activation == "swiglu" else 1) * fe
+    tokens = k * m
+
+    def grouped(op: Op) -> Op:
+        params = tuple(Param(q.name.replace(".mlp.", ".mlp.experts."), q.numel * local_experts)
+                       for q in op.params)
+        extra = dt * (local_experts - 1) * sum(q.numel for q in op.params)
+        return Op(op.name, op.kind, op.flops, op.bytes + extra, op.gemm_shape, params,
+                  op.activation_bytes)
+
+    router = _gemm(f"{p}.mlp.router", m, cfg.num_experts, h, dt, False, dt * m * h)
+    experts = [grouped(_gemm(f"{p}.mlp.fc1", tokens, fc1_out, h, dt, cfg.bias, dt * tokens * h)),
+               _elementwise(f"{p}.mlp.act", tokens * fc1_out, tokens * fe, _ACT_FLOPS, dt,
+                            dt * tokens * fc1_out),
+               grouped(_gemm(f"{p}.mlp.fc2", tokens, h, fe, dt, cfg.bias, dt * tokens * fe))]
+    return router, experts
 
 
 def _head(cfg: ModelConfig, m: int, dt: int) -> Layer:
@@ -286,7 +361,9 @@ def lower_model(cfg: ModelConfig, micro_batch_size: int, seq_len: int,
     """Layers of ops for one microbatch of ``micro_batch_size`` sequences of ``seq_len``.
 
     Order (also parameter registration order, as in PyTorch modules, which DDP buckets in
-    reverse): embedding, layers.0 .. layers.L-1, final_norm, lm_head.
+    reverse): embedding, layers.0 .. layers.L-1, final_norm, lm_head. A MoE layer's MLP is
+    the router plus all experts as grouped kernels (``moe_ops``) on one device; sharded
+    programs (TP/CP/EP) come from ``simtrain.parallel.shard``.
     """
     for label, value in (("micro_batch_size", micro_batch_size), ("seq_len", seq_len),
                          ("dtype_bytes", dtype_bytes)):
@@ -339,9 +416,15 @@ def num_parameters(cfg: ModelConfig) -> int:
     MLP (2 matrices gelu, 3 swiglu), biases if ``bias``, norms, final norm, untied head."""
     h, f, v = cfg.hidden_size, cfg.ffn_size, cfg.vocab_size
     norm = (2 if cfg.norm == "layernorm" else 1) * h
-    mats = h * cfg.qkv_width + h * h + (3 if cfg.activation == "swiglu" else 2) * h * f
-    biases = cfg.qkv_width + h + (2 * f if cfg.activation == "swiglu" else f) + h
-    layer = mats + 2 * norm + (biases if cfg.bias else 0)
+    gated = cfg.activation == "swiglu"
+    if cfg.is_moe:  # E experts of width f_e plus the router (h x E, no bias)
+        fe, e = cfg.expert_ffn_size, cfg.num_experts
+        mlp = e * ((3 if gated else 2) * h * fe
+                   + ((2 * fe if gated else fe) + h if cfg.bias else 0)) + h * e
+    else:
+        mlp = (3 if gated else 2) * h * f + ((2 * f if gated else f) + h if cfg.bias else 0)
+    attn = h * cfg.qkv_width + h * h + (cfg.qkv_width + h if cfg.bias else 0)
+    layer = attn + mlp + 2 * norm
     pos = cfg.max_seq_len * h if cfg.position_embedding == "learned" else 0
     head = 0 if cfg.tied_embeddings else v * h
     return v * h + pos + cfg.num_layers * layer + norm + head
@@ -354,6 +437,7 @@ def model_flops_per_step(cfg: ModelConfig, tokens: int, seq_len: int) -> float:
     (training.py ``num_floating_point_operations`` at 937571cf, calibration.yaml):
     12·T·l·h²·[(1 + g/a + s/h)·(a·d/h) + (ffn/h)·(3/2 if swiglu else 1) + V/(2·l·h)],
     which for MHA, ffn = 4h, gelu is 72·T·l·h²·(1 + s/(6h) + V/(12·l·h)) (T = B·s tokens).
+    For MoE the MLP term uses the expert width times top-k (the router is not counted).
     Equals 3× the forward FLOPs of the GEMM and attention ops of ``lower_model``.
     """
     if tokens <= 0 or seq_len <= 0:
@@ -361,6 +445,8 @@ def model_flops_per_step(cfg: ModelConfig, tokens: int, seq_len: int) -> float:
     h, layers, s = cfg.hidden_size, cfg.num_layers, seq_len
     q_ratio = cfg.num_heads * cfg.head_dim / h
     attn = (1 + cfg.kv_heads / cfg.num_heads + s / h) * q_ratio
-    mlp = cfg.ffn_size / h * (1.5 if cfg.activation == "swiglu" else 1.0)
+    ffn, k = ((cfg.expert_ffn_size, cfg.experts_per_token) if cfg.is_moe
+              else (cfg.ffn_size, 1))
+    mlp = ffn / h * k * (1.5 if cfg.activation == "swiglu" else 1.0)
     logit = cfg.vocab_size / (2 * layers * h)
     return 12.0 * tokens * layers * h * h * (attn + mlp + logit)

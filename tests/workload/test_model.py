@@ -208,3 +208,21 @@ def test_user_errors_in_lowering_and_presets() -> None:
     bad = Op("x", "conv", 1.0, 1.0, None, (), 0.0)
     with pytest.raises(ValueError, match="unknown kind"):
         backward_ops(bad)
+
+
+def test_mixtral_parameter_count_and_moe_flops_by_hand() -> None:
+    cfg = ModelConfig.from_preset("mixtral-8x7b")
+    # Embedding + untied head: 2 x 32000 x 4096 = 262,144,000. Per layer: QKV 4096 x
+    # (4096 + 2 x 1024) + proj 4096² = 41,943,040; 8 experts x 3 x 4096 x 14336 =
+    # 1,409,286,144; router 4096 x 8 = 32,768; two RMSNorms 8,192 -> 1,451,270,144.
+    # 32 layers + final norm 4096: 46,702,792,704 (Mixtral reports 46.7B).
+    assert num_parameters(cfg) == 262_144_000 + 32 * 1_451_270_144 + 4096
+    # Model FLOPs count top-2 experts: the MLP term is 2 x 14336/4096 x 3/2 = 10.5.
+    dense = ModelConfig.from_preset("mixtral-8x7b", num_experts=0)
+    ratio_mlp = 2 * 14336 / 4096 * 1.5
+    dense_mlp = 14336 / 4096 * 1.5
+    h, s, l_ = 4096, 4096, 32
+    attn = (1 + 8 / 32 + s / h)
+    logit = 32000 / (2 * l_ * h)
+    assert model_flops_per_step(cfg, s, s) / model_flops_per_step(dense, s, s) == \
+        pytest.approx((attn + ratio_mlp + logit) / (attn + dense_mlp + logit))

@@ -1,0 +1,425 @@
+"""Lower a training step under any combination of TP, SP, CP, PP, EP, DP/ZeRO to a task graph.
+
+Per pipeline stage, every rank of the stage runs the same program (its shard of the stage's
+model chunks, see ``shard.py``) in the order of the pipeline schedule (``schedule.py``);
+collectives are emitted once per group, point-to-point transfers once per rank pair.
+
+Streams per rank: "compute"; one per process-group kind ("tp", "cp", "ep", "dp", and
+"dp ag" for ZeRO-3 parameter all-gathers, so prefetch is not queued behind gradient
+reduce-scatters); ring attention uses one stream per CP link ("cp a>b"); pipeline
+transfers one per direction and link, shared by both ends ("pp fwd 0>1", "pp bwd 1>0").
+A send/recv is created right after its producer, in the producer's schedule order; the
+receiver consumes in the same order (every stage runs the same forward sequence), so
+every link stream is FIFO-consistent and cannot deadlock. Stages are emitted step by step
+from a worklist: a step whose input transfer does not exist yet waits for the producer.
+
+Gradient reduction (DP composes with all of the above over the dp x cp group):
+- zero 0 (DDP): PyTorch reducer buckets of the chunk's gradients, all-reduced when the
+  last microbatch's backward has produced them (no_sync before); expert gradients over
+  the expert-data-parallel group;
+- zero 1, 2 (Megatron distributed optimizer / ZeRO): the same buckets reduce-scattered,
+  optimizer on 1/N of the states, then an all-gather of the updated 16-bit parameters;
+- zero 3 (FSDP): per unit, an all-gather of its parameters before its forward and again
+  before its backward (resharded after forward), prefetched one unit ahead, and a
+  reduce-scatter of its gradients after its backward, every microbatch.
+
+Granularity (``fuse.py``): one task per kernel, per run of kernels between collectives,
+or per pipeline step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from simtrain.engine.taskgraph import TaskGraph
+from simtrain.parallel.ddp import DP_STREAM, assign_buckets
+from simtrain.parallel.fuse import Spec, fuse
+from simtrain.parallel.plan import ParallelDims
+from simtrain.parallel.schedule import Step as PipeStep
+from simtrain.parallel.shard import Comm, Compute, Unit, expert_load
+from simtrain.workload.model import Op, backward_ops
+
+FSDP_AG_STREAM = "dp ag"
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    """Everything the lowering needs besides the units, the schedule and the op timer."""
+
+    dims: ParallelDims
+    micro_batches: int
+    dtype_bytes: int
+    grad_bytes_per_element: float
+    first_bucket_bytes: float
+    bucket_cap_bytes: float
+    overlap: bool
+    optimizer_bytes_per_param: float
+    recompute: str = "none"
+    granularity: str = "op"
+    p2p_bytes: float = 0.0  # activation (and gradient) bytes per pipeline transfer
+    imbalance: float = 0.0
+    capacity_factor: float | None = None
+    # None: collectives and transfers are engine tasks over the flow network. Otherwise
+    # "analytic" network: seconds of (op, ranks, nbytes) on an idle network, and each
+    # member runs a fixed-duration task once every member is ready (no link sharing).
+    comm_time: Callable[[str, tuple[int, ...], float], float] | None = None
+
+
+@dataclass
+class _State:
+    # rank -> the tasks the rank's next task must wait for (its chain's head, plus an
+    # FSDP all-gather or an incoming pipeline transfer)
+    frontier: dict[int, list[int]] = field(default_factory=dict)
+    grad_ready: dict[tuple[int, str], int] = field(default_factory=dict)
+    reductions: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+class Lowering:
+    """Emit one training step; ``units[stage][chunk]`` is the stage's shard of each chunk."""
+
+    def __init__(self, graph: TaskGraph, units: Sequence[Sequence[Sequence[Unit]]],
+                 schedule: Sequence[Sequence[PipeStep]], options: LowerOptions,
+                 op_time: Callable[[Op], float]):
+        self.graph = graph
+        self.units = units
+        self.schedule = schedule
+        self.o = options
+        self.dims = options.dims
+        self._op_time = op_time
+        self._times: dict[tuple[object, ...], float] = {}
+        self._specs: dict[tuple[int, int, str], list[Spec]] = {}
+        self.state = _State()
+        d = self.dims
+        self.stage_ranks = [d.stage_ranks(s) for s in range(d.pp)]
+        self._groups: dict[tuple[int, str], list[tuple[int, ...]]] = {}
+        self._group_of: dict[tuple[int, str], tuple[int, ...]] = {}
+
+    # ---- helpers ---------------------------------------------------------------------
+    def duration(self, op: Op) -> float:
+        # Layers repeat: cost each distinct op shape once.
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
+        if key not in self._times:
+            self._times[key] = self._op_time(op)
+        return self._times[key]
+
+    def group_of(self, rank: int, kind: str) -> tuple[int, ...]:
+        key = (rank, kind)
+        if key not in self._group_of:
+            d = self.dims
+            if kind == "ep":
+                g = d.ep_group(rank)
+            elif kind == "grad":
+                g = d.group(rank, d.grad_dims)
+            elif kind == "expert_grad":
+                g = d.expert_dp_group(rank)
+            else:
+                g = d.group(rank, kind)
+            for r in g:
+                self._group_of[(r, kind)] = g
+        return self._group_of[key]
+
+    def groups(self, stage: int, kind: str) -> list[tuple[int, ...]]:
+        key = (stage, kind)
+        if key not in self._groups:
+            seen: dict[tuple[int, ...], None] = {}
+            for r in self.stage_ranks[stage]:
+                seen.setdefault(self.group_of(r, kind), None)
+            self._groups[key] = list(seen)
+        return self._groups[key]
+
+    # ---- specs -----------------------------------------------------------------------
+    def _compute_spec(self, op: Op, kind: str, expert: bool, layer: int,
+                      owns: bool = True) -> Spec:
+        t = self.duration(op)
+        return Spec("compute", op.name, kind, base=0.0 if expert else t,
+                    expert=t if expert else 0.0, flops=0.0 if expert else op.flops,
+                    expert_flops=op.flops if expert else 0.0, layer=layer,
+                    params=tuple(p.name for p in op.params) if owns else ())
+
+    def _forward_specs(self, unit: Unit, kind: str) -> list[Spec]:
+        out = []
+        for step in unit.steps:
+            if isinstance(step, Compute):
+                out.append(self._compute_spec(step.op, kind, step.expert, unit.layer, False))
+            elif isinstance(step, Comm):
+                if step.fwd:
+                    out.append(Spec("comm", step.name, step.kind, nbytes=step.nbytes,
+                                    op=step.fwd, group=step.group))
+            else:
+                blk = self._ring_block(step.op, 1.0)
+                out.append(Spec("ring", step.op.name, kind, base=self.duration(blk),
+                                flops=blk.flops, nbytes=step.kv_bytes, steps=step.steps,
+                                group="cp", layer=unit.layer))
+        return out
+
+    def _ring_block(self, op: Op, factor: float) -> Op:
+        n = self.dims.cp
+        return Op(f"{op.name}.block", op.kind, factor * op.flops / n, factor * op.bytes / n,
+                  None, (), 0.0)
+
+    def _backward_specs(self, unit: Unit) -> list[Spec]:
+        out: list[Spec] = []
+        if self.o.recompute == "full" and unit.layer >= 0:
+            out += self._forward_specs(unit, "recompute")
+        for step in reversed(unit.steps):
+            if isinstance(step, Compute):
+                if self.o.recompute == "selective" and step.op.kind == "attention":
+                    out.append(self._compute_spec(step.op, "recompute", False, unit.layer,
+                                                  False))
+                for bop in backward_ops(step.op):
+                    out.append(self._compute_spec(bop, "backward", step.expert, unit.layer))
+            elif isinstance(step, Comm):
+                if step.bwd:
+                    out.append(Spec("comm", step.name + ".bwd", step.kind,
+                                    nbytes=step.nbytes, op=step.bwd, group=step.group))
+            else:
+                if self.o.recompute == "selective":
+                    blk = self._ring_block(step.op, 1.0)
+                    out.append(Spec("ring", step.op.name, "recompute", base=self.duration(blk),
+                                    flops=blk.flops, nbytes=step.kv_bytes, steps=step.steps,
+                                    group="cp", layer=unit.layer))
+                bwd = backward_ops(step.op)[0]
+                blk = self._ring_block(bwd, 1.0)
+                out.append(Spec("ring", bwd.name, "backward", base=self.duration(blk),
+                                flops=blk.flops, nbytes=2 * step.kv_bytes, steps=step.steps,
+                                group="cp", layer=unit.layer))
+        return out
+
+    def specs(self, stage: int, chunk: int, phase: str) -> list[Spec]:
+        key = (stage, chunk, phase)
+        if key in self._specs:
+            return self._specs[key]
+        units = self.units[stage][chunk]
+        if phase == "B":
+            units = list(reversed(units))
+        zero3 = self.dims.zero == 3 and self.dims.dp * self.dims.cp > 1
+        out: list[Spec] = []
+        for unit in units:
+            pbytes = sum(p.numel for p in unit.params)
+            if zero3 and pbytes:
+                out.append(Spec("fsdp_ag", f"fsdp ag {unit.name}", "dp_comm",
+                                nbytes=pbytes * self.o.dtype_bytes, op="all_gather"))
+            out += (self._forward_specs(unit, "forward") if phase == "F"
+                    else self._backward_specs(unit))
+            if zero3 and pbytes and phase == "B":
+                out.append(Spec("fsdp_rs", f"fsdp rs {unit.name}", "dp_comm",
+                                nbytes=pbytes * self.o.grad_bytes_per_element,
+                                op="reduce_scatter"))
+        out = fuse(out, self.o.granularity, "forward" if phase == "F" else "backward")
+        self._specs[key] = out
+        return out
+
+    # ---- emission --------------------------------------------------------------------
+    def _dep(self, rank: int) -> list[int]:
+        return self.state.frontier.get(rank, [])
+
+    def _coll(self, op: str, group: tuple[int, ...], nbytes: float, name: str, *, kind: str,
+              stream: str, deps: list[int], meta: dict[str, int] | None = None
+              ) -> dict[int, int]:
+        """A collective over ``group``; returns each member's task id."""
+        g = self.graph
+        if self.o.comm_time is None:
+            tid = g.collective(op, group, nbytes, name, kind=kind, stream=stream, deps=deps,
+                               meta=meta)
+            return dict.fromkeys(group, tid)
+        seconds = self.o.comm_time(op, group, nbytes)
+        if len(deps) > 8:  # one zero-time join instead of |group|² dependency edges
+            deps = [g.compute(group[0], f"{name} join", 0.0, kind="comm", stream=f"join {stream}",
+                              deps=deps)]
+        return {r: g.compute(r, name, seconds, kind=kind, stream=stream, deps=deps,
+                             nbytes=nbytes, meta=meta) for r in group}
+
+    def _p2p(self, src: int, dst: int, nbytes: float, name: str, *, kind: str, stream: str,
+             deps: list[int], meta: dict[str, int] | None = None) -> int:
+        """A transfer src -> dst; returns the task the receiver's work must wait for."""
+        if self.o.comm_time is None:
+            return self.graph.send_recv(src, dst, nbytes, name, kind=kind, stream=stream,
+                                        deps=deps, meta=meta)
+        return self.graph.compute(dst, name, self.o.comm_time("send_recv", (src, dst), nbytes),
+                                  kind=kind, stream=stream, deps=deps, nbytes=nbytes,
+                                  meta=meta)
+
+    def emit_step(self, step: PipeStep, incoming: dict[int, int] | None) -> None:
+        """Emit ``step`` on every rank of its stage; ``incoming`` maps rank -> p2p task."""
+        st = self.state
+        g = self.graph
+        ranks = self.stage_ranks[step.stage]
+        if incoming:
+            for r in ranks:
+                st.frontier[r] = [*self._dep(r), incoming[r]]
+        last_mb = step.microbatch == self.o.micro_batches - 1
+        meta = {"microbatch": step.microbatch, "chunk": step.chunk, "stage": step.stage}
+        unit_starts: dict[int, list[list[int]]] = defaultdict(list)  # frontier per unit
+        for spec in self.specs(step.stage, step.chunk, step.phase):
+            if spec.what == "compute":
+                for r in ranks:
+                    load = 1.0
+                    if spec.expert:
+                        load = expert_load(self.dims.ep_index(r), spec.layer, self.dims.ep,
+                                           self.o.imbalance, self.o.capacity_factor)
+                    tid = g.compute(r, spec.name, spec.base + spec.expert * load,
+                                    kind=spec.kind, deps=self._dep(r),
+                                    flops=spec.flops + spec.expert_flops * load, meta=meta)
+                    st.frontier[r] = [tid]
+                    if last_mb and spec.params and step.phase == "B":
+                        for p in spec.params:
+                            st.grad_ready[(r, p)] = tid
+            elif spec.what == "comm":
+                for grp in self.groups(step.stage, spec.group):
+                    deps = sorted({t for r in grp for t in self._dep(r)})
+                    ids = self._coll(spec.op, grp, spec.nbytes, spec.name, kind=spec.kind,
+                                     stream=spec.group, deps=deps, meta=meta)
+                    for r in grp:
+                        st.frontier[r] = [ids[r]]
+            elif spec.what == "ring":
+                self._emit_ring(step.stage, spec, meta)
+            elif spec.what == "fsdp_ag":
+                for r in ranks:
+                    unit_starts[r].append(self._dep(r))
+                for grp in self.groups(step.stage, "grad"):
+                    # Prefetch one unit ahead: issue once the unit before the previous ended.
+                    deps = sorted({t for r in grp if len(unit_starts[r]) >= 2
+                                   for t in unit_starts[r][-2]})
+                    ids = self._coll("all_gather", grp, spec.nbytes, spec.name,
+                                     kind="dp_comm", stream=FSDP_AG_STREAM, deps=deps,
+                                     meta=meta)
+                    for r in grp:
+                        st.frontier[r] = [*self._dep(r), ids[r]]
+            else:  # fsdp_rs
+                for grp in self.groups(step.stage, "grad"):
+                    deps = sorted({t for r in grp for t in self._dep(r)})
+                    ids = self._coll("reduce_scatter", grp, spec.nbytes, spec.name,
+                                     kind="dp_comm", stream=DP_STREAM, deps=deps, meta=meta)
+                    for r in grp:
+                        st.reductions[r].append(ids[r])
+
+    def _emit_ring(self, stage: int, spec: Spec, meta: dict[str, int]) -> None:
+        st, g = self.state, self.graph
+        for grp in self.groups(stage, "cp"):
+            n = len(grp)
+            nxt = {grp[i]: grp[(i + 1) % n] for i in range(n)}
+            have = {r: self._dep(r) for r in grp}  # what each rank forwards next
+            recv: dict[int, int] = {}
+            for j in range(spec.steps):
+                sends: dict[int, int] = {}
+                if j < spec.steps - 1:
+                    for r in grp:
+                        dst = nxt[r]
+                        sends[dst] = self._p2p(
+                            r, dst, spec.nbytes, f"{spec.name} kv {j}", kind="cp_comm",
+                            stream=f"cp {r}>{dst}", deps=have[r], meta=meta)
+                for r in grp:
+                    deps = self._dep(r) + ([recv[r]] if r in recv else [])
+                    st.frontier[r] = [g.compute(r, f"{spec.name} block {j}", spec.base,
+                                                kind=spec.kind, deps=deps, flops=spec.flops,
+                                                meta=meta)]
+                recv = sends
+                have = {r: [sends[r]] for r in sends}
+
+    def reduce_gradients(self, stage: int, chunk: int) -> None:
+        """Bucketed DP gradient reduction of one chunk after its last microbatch's backward."""
+        d, o = self.dims, self.o
+        if d.zero == 3:
+            return
+        params = [p for u in self.units[stage][chunk] for p in u.params]
+        dense = [p for p in params if ".experts." not in p.name]
+        experts = [p for p in params if ".experts." in p.name]
+        op = "all_reduce" if d.zero == 0 else "reduce_scatter"
+        for kind, plist in (("grad", dense), ("expert_grad", experts)):
+            if not plist:
+                continue
+            buckets = assign_buckets(plist, o.grad_bytes_per_element, o.first_bucket_bytes,
+                                     o.bucket_cap_bytes)
+            for grp in self.groups(stage, kind):
+                if len(grp) == 1:
+                    continue
+                for b in buckets:
+                    if o.overlap:
+                        deps = sorted({self.state.grad_ready[(r, p.name)] for r in grp
+                                       for p in b.params if (r, p.name) in
+                                       self.state.grad_ready})
+                    else:
+                        deps = sorted({t for r in grp for t in self._dep(r)})
+                    name = f"ddp bucket {b.index}" if d.zero == 0 else f"zero rs {b.index}"
+                    if kind == "expert_grad":
+                        name = "expert " + name
+                    ids = self._coll(
+                        op, grp, b.nbytes, name, kind="dp_comm", stream=DP_STREAM, deps=deps,
+                        meta={"bucket": b.index, "params": len(b.params), "chunk": chunk})
+                    for r in grp:
+                        self.state.reductions[r].append(ids[r])
+
+    def optimizer(self, stage: int) -> None:
+        """Optimizer step on each rank of ``stage`` (after its reductions), then the ZeRO-1/2
+        all-gather of the updated parameters."""
+        d, o, g = self.dims, self.o, self.graph
+        numel = sum(p.numel for chunk in self.units[stage] for u in chunk for p in u.params)
+        shard = d.dp * d.cp if d.zero >= 1 else 1
+        op = Op("optimizer.step", "elementwise", 0.0,
+                numel * o.optimizer_bytes_per_param / shard, None, (), 0.0)
+        for r in self.stage_ranks[stage]:
+            # The DP stream is FIFO: waiting for its last reduction waits for all of them.
+            deps = self._dep(r) + self.state.reductions.get(r, [])[-1:]
+            self.state.frontier[r] = [g.compute(r, op.name, self.duration(op),
+                                                kind="optimizer", flops=op.flops,
+                                                nbytes=op.bytes, deps=deps)]
+        if d.zero in (1, 2) and shard > 1:
+            for grp in self.groups(stage, "grad"):
+                deps = sorted({t for r in grp for t in self._dep(r)})
+                self._coll("all_gather", grp, numel * o.dtype_bytes, "zero param all-gather",
+                           kind="dp_comm", stream=DP_STREAM, deps=deps)
+
+    # ---- the whole step --------------------------------------------------------------
+    def run(self) -> None:
+        """Emit every stage's schedule, interleaved through a worklist, then the optimizer."""
+        d = self.dims
+        p, v = d.pp, d.vpp
+        pos = [0] * p
+        inbox: dict[tuple[int, int, int, str], dict[int, int]] = {}
+        last_chunk_virtual = (p - 1, v - 1)
+        while any(pos[s] < len(self.schedule[s]) for s in range(p)):
+            progressed = False
+            for s in range(p):
+                while pos[s] < len(self.schedule[s]):
+                    step = self.schedule[s][pos[s]]
+                    key = (s, step.chunk, step.microbatch, step.phase)
+                    needs = ((s, step.chunk) != (0, 0) if step.phase == "F"
+                             else (s, step.chunk) != last_chunk_virtual)
+                    if needs and key not in inbox:
+                        break
+                    self.emit_step(step, inbox.pop(key, None) if needs else None)
+                    self._send(step, inbox)
+                    if step.phase == "B" and step.microbatch == self.o.micro_batches - 1:
+                        self.reduce_gradients(s, step.chunk)
+                    pos[s] += 1
+                    progressed = True
+            if not progressed:
+                stuck = [self.schedule[s][pos[s]] for s in range(p)
+                         if pos[s] < len(self.schedule[s])]
+                raise RuntimeError(f"pipeline schedule cannot make progress at {stuck}")
+        for s in range(p):
+            self.optimizer(s)
+
+    def _send(self, step: PipeStep, inbox: dict[tuple[int, int, int, str], dict[int, int]]
+              ) -> None:
+        p, v = self.dims.pp, self.dims.vpp
+        s, c = step.stage, step.chunk
+        if step.phase == "F":
+            if (s, c) == (p - 1, v - 1):
+                return
+            dst_s, dst_c = (s + 1, c) if s < p - 1 else (0, c + 1)
+            stream = f"pp fwd {s}>{dst_s}"
+        else:
+            if (s, c) == (0, 0):
+                return
+            dst_s, dst_c = (s - 1, c) if s > 0 else (p - 1, c - 1)
+            stream = f"pp bwd {s}>{dst_s}"
+        out: dict[int, int] = {}
+        for src, dst in zip(self.stage_ranks[s], self.stage_ranks[dst_s], strict=True):
+            out[dst] = self._p2p(
+                src, dst, self.o.p2p_bytes, f"pp {step.phase} mb{step.microbatch}",
+                kind="pp_comm", stream=stream, deps=self._dep(src),
+                meta={"microbatch": step.microbatch, "chunk": c})
+        inbox[(dst_s, dst_c, step.microbatch, step.phase)] = out

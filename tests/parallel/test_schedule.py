@@ -1,0 +1,89 @@
+"""Pipeline schedules: bubble fractions with uniform stages, in-flight microbatches, no hangs."""
+
+from __future__ import annotations
+
+import pytest
+
+from simtrain.engine.sim import execute
+from simtrain.engine.taskgraph import TaskGraph
+from simtrain.parallel.lower import Lowering, LowerOptions
+from simtrain.parallel.plan import ParallelDims
+from simtrain.parallel.schedule import build_schedule, peak_in_flight
+from simtrain.parallel.shard import Compute, Unit
+from simtrain.simulate import step_breakdown
+from simtrain.workload.memory import pipeline_inflight_formula
+from simtrain.workload.model import Op
+
+
+def _pipeline(star_fabric, kind: str, p: int, m: int, v: int = 1):
+    """p uniform stages of v chunks; forward 1/v and backward 2/v per chunk, free p2p."""
+    dims = ParallelDims(pp=p, vpp=v)
+    units = [[[Unit("layers.0", (Compute(Op(f"s{s}c{c}", "elementwise", 0.0, 1.0, None, (),
+                                             0.0)),), layer=0)] for c in range(v)]
+             for s in range(p)]
+
+    def op_time(op: Op) -> float:  # the backward of a 1-byte op moves 2 bytes
+        return op.bytes / v
+
+    options = LowerOptions(dims=dims, micro_batches=m, dtype_bytes=2,
+                           grad_bytes_per_element=4, first_bucket_bytes=1, bucket_cap_bytes=1,
+                           overlap=True, optimizer_bytes_per_param=0)
+    graph = TaskGraph(p)
+    Lowering(graph, units, build_schedule(kind, p, m, v), options, op_time).run()
+    return execute(graph, star_fabric(p, 1e15, 0.0))
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 16), (8, 8)])
+def test_bubble_is_p_minus_1_over_m_plus_p_minus_1(star_fabric, kind, p, m):
+    # Uniform stages, f = 1, b = 2: the step takes (m + p - 1)·3 and each stage is idle
+    # for (p - 1)·3 of it, a fraction (p - 1)/(m + p - 1); e.g. p=4, m=8: 3/11 = 0.2727.
+    timeline = _pipeline(star_fabric, kind, p, m)
+    assert timeline.end == pytest.approx((m + p - 1) * 3.0)
+    assert step_breakdown(timeline)["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1))
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 8, 2), (4, 8, 4), (2, 8, 2), (4, 16, 2)])
+def test_interleaving_divides_the_bubble_by_v(star_fabric, p, m, v):
+    # Narayanan et al. 2021: the bubble time drops from (p - 1)·(f + b) to (p - 1)·(f + b)/v.
+    # p=4, m=8, v=2: 1F1B idles 9 of 33; interleaved 4.5 of 28.5.
+    plain = _pipeline(star_fabric, "1f1b", p, m)
+    inter = _pipeline(star_fabric, "interleaved", p, m, v)
+    ideal = 3.0 * m
+    assert plain.end - ideal == pytest.approx((p - 1) * 3.0)
+    assert inter.end - ideal == pytest.approx((p - 1) * 3.0 / v)
+    assert step_breakdown(inter)["bubble_fraction"] == pytest.approx(
+        (p - 1) / (v * m + p - 1))
+
+
+@pytest.mark.parametrize("kind,v", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2),
+                                    ("interleaved", 3)])
+def test_schedules_never_deadlock_and_run_every_step_once(star_fabric, kind, v):
+    for p, m in [(2, 2), (3, 6), (4, 4), (4, 12)]:
+        sched = build_schedule(kind, p, m, v)
+        for stage in sched:
+            assert sorted((s.microbatch, s.chunk, s.phase) for s in stage) == sorted(
+                (mb, c, ph) for mb in range(m) for c in range(v) for ph in "FB")
+        _pipeline(star_fabric, kind, p, m, v)  # raises SimulationDeadlock on a hang
+
+
+def test_in_flight_microbatches_per_stage_match_the_formulas():
+    p, m = 4, 8
+    for i, stage in enumerate(build_schedule("1f1b", p, m)):
+        assert peak_in_flight(stage) == p - i == pipeline_inflight_formula("1f1b", p, m, i)
+    for i, stage in enumerate(build_schedule("gpipe", p, m)):
+        assert peak_in_flight(stage) == m == pipeline_inflight_formula("gpipe", p, m, i)
+    v = 2
+    for i, stage in enumerate(build_schedule("interleaved", p, m, v)):
+        # stage 0: 2·3 + 1·4 + 1 = 11 chunk-microbatches = 5.5 stage equivalents,
+        # p·(1 + (p - 1)/(p·v)) = 4·(1 + 3/8) = 5.5 (Korthikanti et al. 2022).
+        assert peak_in_flight(stage) / v == pipeline_inflight_formula("interleaved", p, m, i, v)
+    assert pipeline_inflight_formula("interleaved", 4, 8, 0, 2) == pytest.approx(
+        4 * (1 + 3 / 8))
+
+
+def test_schedule_errors_name_the_fix():
+    with pytest.raises(ValueError, match="divisible by pp"):
+        build_schedule("interleaved", 4, 6, 2)
+    with pytest.raises(ValueError, match="schedule: interleaved"):
+        build_schedule("1f1b", 4, 8, 2)
