@@ -31,6 +31,16 @@ from simtrain.workload.model import MODEL_PRESETS, ModelConfig
 Path_ = tuple[str | int, ...]
 
 
+class Straggler(BaseModel):
+    """A slow or late rank: it starts its step ``delay`` late and computes ``slowdown`` x
+    slower; its groups wait for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    delay: Seconds = 0.0
+    slowdown: float = Field(1.0, ge=1.0)
+
+
 class SimConfig(BaseModel):
     """The scenario's ``sim:`` section: how to simulate, not what."""
 
@@ -48,6 +58,12 @@ class SimConfig(BaseModel):
     # each collective/transfer takes the comm model's idle-network time (no contention);
     # much cheaper, for clusters too large for the flow network.
     network: Literal["flow", "analytic"] = "flow"
+    # rank -> {delay, slowdown}: stragglers (the whole group waits for them).
+    stragglers: dict[int, Straggler] = Field(default_factory=dict)
+    # "explicit": every rank. "symmetric": one data-parallel replica simulated, the others
+    # mirrored, their traffic as link weights. "auto": symmetric when replicas are
+    # identical (no faults, no MoE imbalance, a preset cluster).
+    fidelity: Literal["auto", "explicit", "symmetric"] = "auto"
 
 
 class Scenario(BaseModel):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simtrain.comm.algorithms import Call
 from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.engine.timeline import (
@@ -92,8 +91,8 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         p2p_bytes=plan.p2p_bytes, imbalance=scenario.model.routing_imbalance,
         capacity_factor=scenario.model.capacity_factor,
     )
-    if scenario.sim.network == "analytic":
-        options = replace(options, comm_time=analytic_comm_time(scenario, cluster))
+    if fidelity(scenario, cluster) == "symmetric":
+        options = replace(options, symmetric=True)
     graph = TaskGraph(num_ranks=cluster.num_gpus)
     gpu, compute = cluster.gpu_spec, scenario.compute
     Lowering(graph, plan.units, plan.schedule, options,
@@ -101,25 +100,22 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
     return graph
 
 
-def analytic_comm_time(scenario: Scenario, cluster: Cluster
-                       ) -> Callable[[str, tuple[int, ...], float], float]:
-    """Seconds of a collective on an idle network, from the scenario's comm model.
+def fidelity(scenario: Scenario, cluster: Cluster) -> str:
+    """"explicit" (every rank) or "symmetric" (one data-parallel replica stands for all).
 
-    Groups with the same shape (op, bytes, rank offsets, first rank's local index) share
-    one prediction, so a 16k-GPU plan costs a handful of model calls.
+    ``sim.fidelity: auto`` picks symmetric when the replicas really are identical: more
+    than one of them, no hung or straggling ranks, no MoE routing imbalance (which makes
+    expert ranks differ), and a preset-built cluster where every server is wired alike.
     """
-    model = scenario.comm.build(cluster, cluster.gpu_spec.arch)
-    per_node = sum(1 for r in range(min(cluster.num_gpus, 1024))
-                   if cluster.server_of(r) == cluster.server_of(0))
-    cache: dict[tuple[object, ...], float] = {}
-
-    def seconds(op: str, ranks: tuple[int, ...], nbytes: float) -> float:
-        key = (op, nbytes, tuple(r - ranks[0] for r in ranks), ranks[0] % per_node)
-        if key not in cache:
-            cache[key] = model.plan(Call(op, tuple(ranks), nbytes)).predicted_s
-        return cache[key]
-
-    return seconds
+    chosen = scenario.sim.fidelity
+    if chosen != "auto":
+        return chosen
+    sim, model = scenario.sim, scenario.model
+    dims = scenario.parallelism.dims(cluster.num_gpus)
+    identical = (dims.dp > 1 and not sim.hangs and not sim.stragglers
+                 and not (model.num_experts and model.routing_imbalance)
+                 and getattr(cluster, "uniform", False))
+    return "symmetric" if identical else "explicit"
 
 
 def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryReport:
@@ -219,7 +215,12 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
             source=scenario.name, field="parallelism")
     graph = build_graph(scenario, cluster, plan)
     comm = scenario.comm.build(cluster, cluster.gpu_spec.arch)
-    timeline = execute(graph, cluster, comm=comm, hangs=scenario.sim.hangs)
+    sim = scenario.sim
+    timeline = execute(
+        graph, cluster, comm=comm, hangs=sim.hangs,
+        delays={r: s.delay for r, s in sim.stragglers.items()},
+        slowdowns={r: s.slowdown for r, s in sim.stragglers.items()},
+        interference=scenario.compute.comm_interference, network=sim.network)
     tokens = scenario.training.global_batch_size * scenario.seq_len
     dims = plan.dims
     summary = {
@@ -240,6 +241,8 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
         "parameters": num_parameters(scenario.model),
         "micro_batches": plan.micro_batches,
         "tasks": len(graph.tasks),
+        "fidelity": "symmetric" if graph.virtual else "explicit",
+        "network": sim.network,
     }
     return SimulationResult(scenario, cluster, graph, timeline, summary)
 

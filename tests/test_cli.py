@@ -63,7 +63,8 @@ def test_presets_command_lists_names():
 def test_run_writes_a_trace(tmp_path):
     trace = tmp_path / "step.json.gz"
     result = runner.invoke(app, ["run", str(ROOT / "scenarios/quickstart.yaml"), "--no-report",
-                                 "--trace", str(trace), "--quiet"])
+                                 "--trace", str(trace), "--quiet", "--set",
+                                 "sim.fidelity=explicit"])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     import gzip

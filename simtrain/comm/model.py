@@ -72,6 +72,7 @@ class CommModel:
             raise ValueError(f"protocol {protocol!r} is not offered by {self.backend.name}; "
                              f"choose one of: auto, {', '.join(self.backend.protocols)}")
         self._lat_cache: dict[tuple[int, int, str, str], float] = {}
+        self._choices: dict[tuple[object, ...], tuple[str, str, float]] = {}
         self._predict = lru_cache(maxsize=4096)(self._predict_uncached)
 
     # -- latency ---------------------------------------------------------------------------
@@ -167,8 +168,41 @@ class CommModel:
         """Seconds ``call`` takes with ``algorithm``/``protocol`` on an idle network."""
         return self._predict(call, algorithm, protocol)
 
+    def _shape(self, call: Call, algorithm: str) -> tuple[object, ...]:
+        """Cache key of a choice: on uniform clusters a group translated by whole servers
+        (same offsets, same position in its first server) costs the same."""
+        if not getattr(self.fabric, "uniform", False) or not call.ranks:
+            return (call, algorithm)
+        first = call.ranks[0]
+        per_server = getattr(self.fabric, "gpus_per_server", 1)
+        return (call.op, call.nbytes, call.splits, algorithm, first % per_server,
+                tuple(r - first for r in call.ranks))
+
+    def choose(self, call: Call, algorithm: str = "auto") -> tuple[str, str, float]:
+        """(algorithm, protocol, predicted seconds) for ``call``, cached by group shape."""
+        key = self._shape(call, algorithm)
+        choice = self._choices.get(key)
+        if choice is None:
+            choice = self._choices[key] = self._choose(call, algorithm)
+        return choice
+
     def plan(self, call: Call, algorithm: str = "auto") -> Lowered:
         """Choose the fastest candidate for ``call`` and lower it to phases."""
+        name, protocol, t = self.choose(call, algorithm)
+        nodes = self._nodes(call.ranks)
+        wire = self.backend.wire_factor(name, protocol, nodes)
+        phases = self._phases(call, name, protocol)
+        return Lowered(
+            algorithm=name,
+            protocol=protocol,
+            launch_latency=self._launch(name, protocol),
+            phases=phases,
+            wire_factor=wire,
+            flow_caps=[self.flow_cap(ph, wire, protocol, nodes) for ph in phases],
+            predicted_s=t,
+        )
+
+    def _choose(self, call: Call, algorithm: str) -> tuple[str, str, float]:
         algos, protos = self.candidates(call.op, algorithm, call.nbytes)
         first_that_runs = bool(self.backend.size_rules.get(call.op)) and algorithm == "auto"
         best: tuple[float, str, str] | None = None
@@ -187,18 +221,7 @@ class CommModel:
         if best is None:
             raise AlgorithmError("; ".join(errors))
         t, name, protocol = best
-        nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(name, protocol, nodes)
-        phases = self._phases(call, name, protocol)
-        return Lowered(
-            algorithm=name,
-            protocol=protocol,
-            launch_latency=self._launch(name, protocol),
-            phases=phases,
-            wire_factor=wire,
-            flow_caps=[self.flow_cap(ph, wire, protocol, nodes) for ph in phases],
-            predicted_s=t,
-        )
+        return name, protocol, t
 
 
 def known_ops() -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 import simpy
 
 from simtrain.comm.algorithms import Call
-from simtrain.comm.model import CommModel
+from simtrain.comm.model import CommModel, Lowered
 from simtrain.engine.network import Fabric, FlowNetwork
 from simtrain.engine.taskgraph import Task, TaskGraph
 from simtrain.engine.timeline import FlowRecord, Span, Timeline
@@ -41,7 +41,10 @@ class Executor:
         delays: Mapping[int, float] | None = None,
         slowdowns: Mapping[int, float] | None = None,
         interference: float = 0.0,
+        network: str = "flow",
     ):
+        if network not in ("flow", "analytic"):
+            raise ValueError(f"network must be 'flow' or 'analytic', got {network!r}")
         if interference < 0:
             raise ValueError(f"interference must be >= 0 (a fractional slowdown), got "
                              f"{interference}")
@@ -57,6 +60,9 @@ class Executor:
         self.delays = dict(delays or {})
         self.slowdowns = dict(slowdowns or {})
         self.interference = interference
+        # "flow": collectives move flows that share links (contention). "analytic": each
+        # collective takes its idle-network time, still waiting for all members.
+        self.analytic = network == "analytic"
         self._comm_active: dict[int, int] = {}
         self._comm_change: dict[int, simpy.Event] = {}
         self.env = simpy.Environment()
@@ -64,6 +70,7 @@ class Executor:
         self.done = [self.env.event() for _ in graph.tasks]
         self.arrivals: dict[int, dict[int, float]] = {}
         self._group_deps: dict[int, dict[int, list[int]]] = {}
+        self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.position: dict[tuple[int, str], Task | None] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks)
 
@@ -142,16 +149,21 @@ class Executor:
                  routes: Sequence[tuple[tuple[int, ...], float]]) -> list[tuple[float, ...]]:
         """Per-link multiplicity of each flow: 1 + the copies whose same flow uses the link."""
         assert task.comm is not None
+        copies = task.comm.copies
         index = {rank: i for i, rank in enumerate(task.ranks)}
         route = self.fabric.route
         out = []
         for (src, dst, _nb), (path, _wire) in zip(flows, routes, strict=True):
-            counts = dict.fromkeys(path, 1.0)
-            for copy in task.comm.copies:
-                for link in route(copy[index[src]], copy[index[dst]]):
-                    if link in counts:
-                        counts[link] += 1.0
-            out.append(tuple(counts[link] for link in path))
+            key = (id(copies), index[src], index[dst], path)  # graph-owned tuples
+            weights = self._weight_cache.get(key)
+            if weights is None:
+                counts = dict.fromkeys(path, 1.0)
+                for copy in copies:
+                    for link in route(copy[index[src]], copy[index[dst]]):
+                        if link in counts:
+                            counts[link] += 1.0
+                weights = self._weight_cache[key] = tuple(counts[link] for link in path)
+            out.append(weights)
         return out
 
     def _compute_with_interference(self, rank: int, work: float) -> Generator[Any, Any, None]:
@@ -181,27 +193,18 @@ class Executor:
         start = env.now
         self._comm_state(task.ranks, +1)
         spec = task.comm
-        plan = self.comm.plan(Call(spec.op, task.ranks, spec.nbytes, spec.splits),
-                              spec.algorithm)
-        if plan.phases and plan.launch_latency > 0:
-            yield env.timeout(plan.launch_latency)
-        route = self.fabric.route
-        for phase, cap in zip(plan.phases, plan.flow_caps, strict=True):
-            if phase.latency > 0:
-                yield env.timeout(phase.latency)
-            routes = [(route(src, dst), nbytes * plan.wire_factor)
-                      for src, dst, nbytes in phase.flows]
-            weights = self._weights(task, phase.flows, routes) if spec.copies else None
-            began = env.now
-            finish = yield self.network.transfer_all(routes, cap, weights)
-            self.timeline.flows.extend(
-                FlowRecord(began, end, nbytes, path, task.id)
-                for (path, nbytes), end in zip(routes, finish, strict=True) if path
-            )
+        call = Call(spec.op, task.ranks, spec.nbytes, spec.splits)
+        if self.analytic:
+            algorithm, protocol, seconds = self.comm.choose(call, spec.algorithm)
+            yield env.timeout(seconds)
+        else:
+            plan = self.comm.plan(call, spec.algorithm)
+            algorithm, protocol = plan.algorithm, plan.protocol
+            yield from self._flows(task, plan)
         end = env.now
         self._comm_state(task.ranks, -1)
-        meta = {**task.meta, "op": spec.op, "algorithm": plan.algorithm,
-                "protocol": plan.protocol, "group_size": len(task.ranks)}
+        meta = {**task.meta, "op": spec.op, "algorithm": algorithm,
+                "protocol": protocol, "group_size": len(task.ranks)}
         for rank in task.ranks:
             if rank not in arrived:
                 continue  # a virtual member: mirrored, not recorded
@@ -212,6 +215,26 @@ class Executor:
                      span_meta, task.id)
             )
         self.done[task.id].succeed()
+
+    def _flows(self, task: Task, plan: Lowered) -> Generator[Any, Any, None]:
+        """Run ``plan``'s phases as flows on the network, recording each flow."""
+        env = self.env
+        assert task.comm is not None
+        if plan.phases and plan.launch_latency > 0:
+            yield env.timeout(plan.launch_latency)
+        route = self.fabric.route
+        for phase, cap in zip(plan.phases, plan.flow_caps, strict=True):
+            if phase.latency > 0:
+                yield env.timeout(phase.latency)
+            routes = [(route(src, dst), nbytes * plan.wire_factor)
+                      for src, dst, nbytes in phase.flows]
+            weights = self._weights(task, phase.flows, routes) if task.comm.copies else None
+            began = env.now
+            finish = yield self.network.transfer_all(routes, cap, weights)
+            self.timeline.flows.extend(
+                FlowRecord(began, end, nbytes, path, task.id)
+                for (path, nbytes), end in zip(routes, finish, strict=True) if path
+            )
 
     def _stuck_at(self, rank: int) -> str:
         where = [
@@ -252,6 +275,7 @@ def execute(
     delays: Mapping[int, float] | None = None,
     slowdowns: Mapping[int, float] | None = None,
     interference: float = 0.0,
+    network: str = "flow",
 ) -> Timeline:
     """Run ``graph`` on ``fabric``.
 
@@ -261,7 +285,9 @@ def execute(
     process, which blocks its groups); ``delays`` makes a rank start late by that many
     seconds; ``slowdowns`` multiplies a rank's compute durations. ``interference`` slows a
     rank's compute by that fraction while one of its collectives runs (0 = none).
+    ``network="analytic"`` gives each collective its idle-network time (no contention, no
+    flows): much faster on huge clusters, exact where links are not shared.
     """
     return Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
                     hangs=hangs, delays=delays, slowdowns=slowdowns,
-                    interference=interference).run()
+                    interference=interference, network=network).run()

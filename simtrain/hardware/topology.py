@@ -311,6 +311,9 @@ class Cluster:
         self.gpus_per_server = max(per_server.values())
         self._path_fn = path_fn
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        # Preset-built clusters wire every server alike, so a group's idle-network cost
+        # depends only on its shape (rank offsets and position inside a server).
+        self.uniform = config.custom is None
 
     def _check_rank(self, rank: int) -> int:
         try:

@@ -61,10 +61,9 @@ class LowerOptions:
     p2p_bytes: float = 0.0  # activation (and gradient) bytes per pipeline transfer
     imbalance: float = 0.0
     capacity_factor: float | None = None
-    # None: collectives and transfers are engine tasks over the flow network. Otherwise
-    # "analytic" network: seconds of (op, ranks, nbytes) on an idle network, and each
-    # member runs a fixed-duration task once every member is ready (no link sharing).
-    comm_time: Callable[[str, tuple[int, ...], float], float] | None = None
+    # Symmetric fidelity: emit only data-parallel replica 0; the other replicas mirror it
+    # (virtual ranks), and their copies of its collectives load the network as weights.
+    symmetric: bool = False
 
 
 @dataclass
@@ -93,8 +92,14 @@ class Lowering:
         self.state = _State()
         d = self.dims
         self.stage_ranks = [d.stage_ranks(s) for s in range(d.pp)]
+        if options.symmetric:
+            self.stage_ranks = [[r for r in ranks if d.coords(r)["dp"] == 0]
+                                for ranks in self.stage_ranks]
+            simulated = {r for ranks in self.stage_ranks for r in ranks}
+            graph.virtual = set(range(d.world_size)) - simulated
         self._groups: dict[tuple[int, str], list[tuple[int, ...]]] = {}
         self._group_of: dict[tuple[int, str], tuple[int, ...]] = {}
+        self._copies: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
 
     # ---- helpers ---------------------------------------------------------------------
     def duration(self, op: Op) -> float:
@@ -215,31 +220,33 @@ class Lowering:
     def _dep(self, rank: int) -> list[int]:
         return self.state.frontier.get(rank, [])
 
+    def copies(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """Symmetric fidelity: the same group in every other data-parallel replica, when
+        ``group`` lies inside replica 0 (groups spanning replicas are all emitted)."""
+        if not self.o.symmetric:
+            return ()
+        if group not in self._copies:
+            d = self.dims
+            coords = [d.coords(r) for r in group]
+            inside = all(c["dp"] == 0 for c in coords)
+            self._copies[group] = tuple(
+                tuple(d.rank(**{**c, "dp": k}) for c in coords) for k in range(1, d.dp)
+            ) if inside else ()
+        return self._copies[group]
+
     def _coll(self, op: str, group: tuple[int, ...], nbytes: float, name: str, *, kind: str,
               stream: str, deps: list[int], meta: dict[str, int] | None = None
               ) -> dict[int, int]:
         """A collective over ``group``; returns each member's task id."""
-        g = self.graph
-        if self.o.comm_time is None:
-            tid = g.collective(op, group, nbytes, name, kind=kind, stream=stream, deps=deps,
-                               meta=meta)
-            return dict.fromkeys(group, tid)
-        seconds = self.o.comm_time(op, group, nbytes)
-        if len(deps) > 8:  # one zero-time join instead of |group|² dependency edges
-            deps = [g.compute(group[0], f"{name} join", 0.0, kind="comm", stream=f"join {stream}",
-                              deps=deps)]
-        return {r: g.compute(r, name, seconds, kind=kind, stream=stream, deps=deps,
-                             nbytes=nbytes, meta=meta) for r in group}
+        tid = self.graph.collective(op, group, nbytes, name, kind=kind, stream=stream,
+                                    deps=deps, meta=meta, copies=self.copies(group))
+        return dict.fromkeys(group, tid)
 
     def _p2p(self, src: int, dst: int, nbytes: float, name: str, *, kind: str, stream: str,
              deps: list[int], meta: dict[str, int] | None = None) -> int:
         """A transfer src -> dst; returns the task the receiver's work must wait for."""
-        if self.o.comm_time is None:
-            return self.graph.send_recv(src, dst, nbytes, name, kind=kind, stream=stream,
-                                        deps=deps, meta=meta)
-        return self.graph.compute(dst, name, self.o.comm_time("send_recv", (src, dst), nbytes),
-                                  kind=kind, stream=stream, deps=deps, nbytes=nbytes,
-                                  meta=meta)
+        return self.graph.send_recv(src, dst, nbytes, name, kind=kind, stream=stream,
+                                    deps=deps, meta=meta, copies=self.copies((src, dst)))
 
     def emit_step(self, step: PipeStep, incoming: dict[int, int] | None) -> None:
         """Emit ``step`` on every rank of its stage; ``incoming`` maps rank -> p2p task."""

@@ -55,7 +55,9 @@ def summarize(
     def mean(key: str) -> float:
         return sum(r[key] for r in per_rank.values()) / n
 
-    hardware_flops = sum(r["flops"] for r in per_rank.values())
+    # Mean over the simulated ranks times every GPU: with symmetric fidelity the timeline
+    # holds one data-parallel replica standing for all of them.
+    hardware_flops = mean("flops") * num_gpus
     capacity = step * num_gpus * peak_flops_per_gpu
     return {
         "num_gpus": num_gpus,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simtrain.units import Seconds
 from simtrain.workload.model import OP_KINDS, Op
@@ -84,6 +84,10 @@ class ComputeConfig(BaseModel):
     # We take the low end of 3-5 us since launches queue asynchronously ahead of execution;
     # set ~1us to model CUDA graphs.
     launch_overhead: Seconds = 3e-6
+    # Fractional compute slowdown while a collective runs on the same GPU (NCCL kernels
+    # take SMs and HBM bandwidth). 0 until fitted against measured runs: the reference
+    # data has no direct measurement of it.
+    comm_interference: float = Field(0.0, ge=0.0, le=1.0)
 
     @field_validator("gemm_efficiency", "attention_efficiency", "memory_efficiency")
     @classmethod

@@ -107,7 +107,10 @@ def test_write_is_valid_json_and_deterministic(tmp_path: Path, name: str) -> Non
 def test_simulated_scenario_trace() -> None:
     import simtrain
 
-    result = simtrain.simulate(ROOT / "scenarios/quickstart.yaml")
+    # Every rank simulated (explicit fidelity): one trace process per GPU.
+    scenario = simtrain.load_scenario(ROOT / "scenarios/quickstart.yaml",
+                                      ["sim.fidelity=explicit"])
+    result = simtrain.simulate(scenario)
     trace = chrome_trace(result.timeline, graph=result.graph, server_of=result.cluster.server_of)
     events = trace["traceEvents"]
     assert sum(e["name"] == "process_name" for e in events) == 8

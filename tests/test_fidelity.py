@@ -1,0 +1,57 @@
+"""Symmetric fidelity agrees with explicit simulation on every bundled scenario it applies to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simtrain import load_scenario, simulate
+from simtrain.hardware.topology import build_cluster
+from simtrain.simulate import fidelity
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+
+
+def _symmetric_candidates():
+    out = []
+    for path in SCENARIOS:
+        scenario = load_scenario(path)
+        if fidelity(scenario, build_cluster(scenario.cluster)) == "symmetric":
+            out.append(path)
+    return out
+
+
+CANDIDATES = _symmetric_candidates()
+
+
+def test_auto_picks_symmetric_for_some_bundled_scenarios():
+    assert len(CANDIDATES) >= 3
+
+
+@pytest.mark.parametrize("path", CANDIDATES, ids=lambda p: p.stem)
+def test_symmetric_matches_explicit_within_1_percent(path):
+    explicit = simulate(load_scenario(path, ["sim.fidelity=explicit"])).summary
+    symmetric = simulate(load_scenario(path)).summary
+    assert (explicit["fidelity"], symmetric["fidelity"]) == ("explicit", "symmetric")
+    assert symmetric["step_time_s"] == pytest.approx(explicit["step_time_s"], rel=0.01)
+    assert symmetric["mfu"] == pytest.approx(explicit["mfu"], rel=0.01)
+    assert symmetric["tasks"] < explicit["tasks"]
+
+
+def test_faults_force_explicit():
+    scenario = load_scenario(ROOT / "scenarios/quickstart.yaml",
+                             ["sim.stragglers={3: {delay: 1ms}}"])
+    assert fidelity(scenario, build_cluster(scenario.cluster)) == "explicit"
+    summary = simulate(scenario).summary
+    baseline = simulate(load_scenario(ROOT / "scenarios/quickstart.yaml")).summary
+    # The straggler starts 1 ms late; everyone waits for it at the first all-reduce.
+    assert summary["step_time_s"] == pytest.approx(baseline["step_time_s"] + 1e-3, rel=0.02)
+
+
+def test_slow_rank_slows_the_step():
+    slow = simulate(load_scenario(ROOT / "scenarios/quickstart.yaml",
+                                  ["sim.stragglers={2: {slowdown: 1.5}}"])).summary
+    base = simulate(load_scenario(ROOT / "scenarios/quickstart.yaml")).summary
+    assert slow["step_time_s"] > 1.3 * base["step_time_s"]
