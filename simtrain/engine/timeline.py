@@ -59,6 +59,7 @@ class Timeline:
     num_ranks: int
     spans: list[Span] = field(default_factory=list)
     flows: list[FlowRecord] = field(default_factory=list)
+    events: int = 0  # SimPy events the engine processed (for benchmarks)
 
     def add(self, span: Span) -> None:
         self.spans.append(span)

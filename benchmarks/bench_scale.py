@@ -1,0 +1,137 @@
+"""Simulator cost across cluster sizes: events, wall time, events/s and peak RSS.
+
+A ladder of dense and MoE scenarios at 8 to 16,384 GPUs, each in symmetric fidelity and,
+where it finishes within the time limit, explicit fidelity; plus the raw SimPy event rate of
+a null model on this machine, so the engine's overhead reads as a ratio. Each point runs in
+its own process (peak RSS is per point). Not part of the test run.
+
+Usage: python benchmarks/bench_scale.py [--json OUT] [--explicit-limit SECONDS] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import simpy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# name -> (gpus, scenario dict). Dense: Llama 3 shapes; MoE: Mixtral-like with EP.
+LADDER: list[tuple[str, int, dict[str, Any]]] = [
+    ("dense-8", 8, {"cluster": {"preset": "dgx-h100", "nodes": 1},
+                    "model": {"preset": "llama3-8b"},
+                    "training": {"global_batch_size": 8, "seq_len": 4096},
+                    "parallelism": {"tp": 8}}),
+    ("dense-64", 64, {"cluster": {"preset": "dgx-h100", "nodes": 8},
+                      "model": {"preset": "llama3-8b"},
+                      "training": {"global_batch_size": 64, "seq_len": 8192},
+                      "parallelism": {"tp": 8, "sp": True}}),
+    ("dense-512", 512, {"cluster": {"preset": "dgx-h100", "nodes": 64},
+                        "model": {"preset": "llama3-70b"},
+                        "training": {"global_batch_size": 512, "seq_len": 8192},
+                        "parallelism": {"tp": 8, "sp": True, "pp": 4, "zero": 1},
+                        "sim": {"granularity": "layer"}}),
+    ("dense-4096", 4096, {"cluster": {"preset": "dgx-h100", "nodes": 512},
+                          "model": {"preset": "llama3-70b"},
+                          "training": {"global_batch_size": 1024, "seq_len": 8192},
+                          "parallelism": {"tp": 8, "sp": True, "pp": 8, "zero": 1},
+                          "sim": {"granularity": "stage"}}),
+    ("dense-16384", 16384, {"base": "scenarios/large/llama3_405b_16k_h100.yaml"}),
+    ("moe-64", 64, {"cluster": {"preset": "dgx-h100", "nodes": 8},
+                    "model": {"preset": "mixtral-8x7b"},
+                    "training": {"global_batch_size": 64, "seq_len": 4096},
+                    "parallelism": {"tp": 2, "ep": 8, "zero": 1},
+                    "sim": {"granularity": "layer"}}),
+    ("moe-512", 512, {"cluster": {"preset": "dgx-h100", "nodes": 64},
+                      "model": {"preset": "mixtral-8x7b"},
+                      "training": {"global_batch_size": 512, "seq_len": 4096},
+                      "parallelism": {"tp": 2, "ep": 8, "pp": 4, "zero": 1},
+                      "sim": {"granularity": "stage"}}),
+]
+
+
+def null_simpy_rate(events: int = 300_000) -> float:
+    """Timeouts per second SimPy processes when the model does nothing else."""
+    env = simpy.Environment()
+
+    def proc(n: int):  # type: ignore[no-untyped-def]
+        for _ in range(n):
+            yield env.timeout(1.0)
+
+    env.process(proc(events))
+    start = time.perf_counter()
+    env.run()
+    return events / (time.perf_counter() - start)
+
+
+def _point(spec: dict[str, Any], fidelity: str, queue: Any) -> None:
+    from simtrain import load_scenario, simulate
+
+    overrides = [f"sim.fidelity={fidelity}", "sim.ignore_memory=true"]
+    source = ROOT / spec["base"] if "base" in spec else spec
+    start = time.perf_counter()
+    result = simulate(load_scenario(source, overrides))
+    wall = time.perf_counter() - start
+    queue.put({
+        "wall_s": round(wall, 2),
+        "events": result.timeline.events,
+        "events_per_s": round(result.timeline.events / wall),
+        "tasks": len(result.graph.tasks),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "step_time_s": round(result.summary["step_time_s"], 4),
+        "fidelity": result.summary["fidelity"],
+    })
+
+
+def run_point(spec: dict[str, Any], fidelity: str, limit: float) -> dict[str, Any]:
+    queue: Any = mp.get_context("fork").Queue()
+    proc = mp.get_context("fork").Process(target=_point, args=(spec, fidelity, queue))
+    proc.start()
+    proc.join(limit)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        return {"skipped": f"over {limit:.0f} s"}
+    if proc.exitcode != 0:
+        return {"skipped": f"failed (exit {proc.exitcode})"}
+    return dict(queue.get())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--explicit-limit", type=float, default=180.0)
+    parser.add_argument("--quick", action="store_true", help="symmetric only, up to 4,096")
+    args = parser.parse_args()
+    rate = null_simpy_rate()
+    print(f"raw SimPy null-model rate: {rate:,.0f} events/s")
+    print(f"{'point':<13}{'fidelity':<11}{'tasks':>9}{'events':>11}{'wall s':>9}"
+          f"{'events/s':>11}{'vs SimPy':>9}{'RSS MiB':>9}{'step s':>9}")
+    rows = []
+    for name, gpus, spec in LADDER:
+        if args.quick and gpus > 4096:
+            continue
+        for fidelity in ("symmetric",) if args.quick else ("symmetric", "explicit"):
+            row = {"point": name, "gpus": gpus, "requested": fidelity,
+                   **run_point(spec, fidelity, args.explicit_limit)}
+            rows.append(row)
+            if "skipped" in row:
+                print(f"{name:<13}{fidelity:<11}{row['skipped']:>40}")
+                continue
+            print(f"{name:<13}{row['fidelity']:<11}{row['tasks']:>9,}{row['events']:>11,}"
+                  f"{row['wall_s']:>9}{row['events_per_s']:>11,}"
+                  f"{row['events_per_s'] / rate:>9.0%}{row['peak_rss_mib']:>9}"
+                  f"{row['step_time_s']:>9}")
+    if args.json:
+        args.json.write_text(json.dumps({"simpy_null_events_per_s": rate, "rows": rows},
+                                        indent=2))
+
+
+if __name__ == "__main__":
+    main()
