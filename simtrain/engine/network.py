@@ -10,7 +10,7 @@ do not.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,14 +59,23 @@ class _Batch:
 
 @dataclass(eq=False, slots=True)
 class _Flow:
+    id: int
     route: tuple[int, ...]
-    remaining: float
+    remaining: float  # bytes left at time ``updated``
     batch: _Batch
     index: int
     cap: float = float("inf")
     weights: tuple[float, ...] | None = None
     rate: float = 0.0
-    finish: float = 0.0
+    updated: float = 0.0
+    finish: float = float("inf")
+    stamp: int = 0  # bumped whenever ``finish`` changes; heap entries carry it
+
+    def settle(self, now: float) -> None:
+        """Charge the bytes moved at the current rate since the last update."""
+        if now > self.updated:
+            self.remaining -= self.rate * (now - self.updated)
+            self.updated = now
 
 
 def max_min_rates(
@@ -168,7 +177,12 @@ def isolated_time(
 
 
 class FlowNetwork:
-    """Executes byte transfers as flows sharing link bandwidth inside a SimPy environment."""
+    """Executes byte transfers as flows sharing link bandwidth inside a SimPy environment.
+
+    Rates are recomputed only for the flows connected (through shared links) to a flow
+    that starts or ends: flows on disjoint links — a TP all-reduce on NVLink and a DP ring
+    on the NICs — never cost each other a recomputation.
+    """
 
     def __init__(
         self, env: simpy.Environment, links: Sequence[LinkLike],
@@ -177,8 +191,10 @@ class FlowNetwork:
         self.env = env
         # Usable bytes/s per link: line rate unless the caller derates it (protocol overhead).
         self.capacity = list(capacity) if capacity is not None else [ln.bandwidth for ln in links]
-        self._flows: list[_Flow] = []
-        self._last_update = 0.0
+        self._flows: dict[int, _Flow] = {}
+        self._users: dict[int, dict[int, _Flow]] = {}  # link -> active flows on it, by id
+        self._heap: list[tuple[float, int, int]] = []  # (finish, flow id, stamp)
+        self._next_id = 0
         self._version = 0
 
     def transfer(self, route: tuple[int, ...], nbytes: float) -> simpy.Event:
@@ -199,67 +215,104 @@ class FlowNetwork:
         """
         now = self.env.now
         batch = _Batch(self.env.event(), [now] * len(transfers), 0)
-        flows = [
-            _Flow(route=route, remaining=nbytes, batch=batch, index=i, cap=cap,
-                  weights=None if weights is None else weights[i])
-            for i, (route, nbytes) in enumerate(transfers) if nbytes > 0 and route
-        ]
+        flows = []
+        for i, (route, nbytes) in enumerate(transfers):
+            if nbytes <= 0 or not route:
+                continue
+            flow = _Flow(self._next_id, route, nbytes, batch, i, cap,
+                         None if weights is None else weights[i], updated=now)
+            self._next_id += 1
+            flows.append(flow)
         if not flows:
             batch.done.succeed(batch.finish)
             return batch.done
         batch.pending = len(flows)
-        self._advance()
-        self._flows.extend(flows)
-        self._reschedule()
+        for flow in flows:
+            self._flows[flow.id] = flow
+            for link in flow.route:
+                self._users.setdefault(link, {})[flow.id] = flow
+        self._recompute(self._component(flow.route for flow in flows))
+        self._schedule_wake()
         return batch.done
 
     @property
     def active_flows(self) -> int:
         return len(self._flows)
 
-    def _advance(self) -> None:
-        """Charge every active flow for the bytes it moved since the last update."""
-        now = self.env.now
-        dt = now - self._last_update
-        if dt > 0:
-            for flow in self._flows:
-                flow.remaining -= flow.rate * dt
-        self._last_update = now
+    def _component(self, routes: Iterable[tuple[int, ...]]) -> list[_Flow]:
+        """Active flows connected to ``routes`` through shared links, in creation order."""
+        seen_links: set[int] = set()
+        found: dict[int, _Flow] = {}
+        stack = [link for route in routes for link in route]
+        while stack:
+            link = stack.pop()
+            if link in seen_links:
+                continue
+            seen_links.add(link)
+            for fid, flow in self._users.get(link, {}).items():
+                if fid not in found:
+                    found[fid] = flow
+                    stack.extend(flow.route)
+        return [found[fid] for fid in sorted(found)]
 
-    def _reschedule(self) -> None:
-        caps = [f.cap for f in self._flows]
-        capped = any(c < float("inf") for c in caps)
-        weighted = any(f.weights is not None for f in self._flows)
-        rates = max_min_rates([f.route for f in self._flows], self.capacity,
-                              caps if capped else None,
-                              [f.weights for f in self._flows] if weighted else None)
+    def _recompute(self, flows: list[_Flow]) -> None:
+        """New max-min rates for a connected set of flows (no other flow shares its links)."""
+        if not flows:
+            return
         now = self.env.now
-        soonest = float("inf")
-        for flow, rate in zip(self._flows, rates, strict=True):
+        caps = [f.cap for f in flows]
+        capped = any(c < float("inf") for c in caps)
+        weighted = any(f.weights is not None for f in flows)
+        rates = max_min_rates([f.route for f in flows], self.capacity,
+                              caps if capped else None,
+                              [f.weights for f in flows] if weighted else None)
+        for flow, rate in zip(flows, rates, strict=True):
+            flow.settle(now)
             flow.rate = rate
             flow.finish = now + max(flow.remaining, 0.0) / rate
-            soonest = min(soonest, flow.finish)
+            flow.stamp += 1
+            heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
+
+    def _top(self) -> tuple[float, int, int] | None:
+        """The earliest current heap entry (stale entries are dropped)."""
+        heap = self._heap
+        while heap:
+            finish, fid, stamp = heap[0]
+            flow = self._flows.get(fid)
+            if flow is not None and flow.stamp == stamp:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def _schedule_wake(self) -> None:
+        top = self._top()
         self._version += 1
-        if self._flows:
-            wake = self.env.timeout(max(soonest - now, 0.0))
-            version = self._version
-            wake.callbacks.append(lambda _event: self._on_wake(version))
+        if top is None:
+            return
+        wake = self.env.timeout(max(top[0] - self.env.now, 0.0))
+        version = self._version
+        wake.callbacks.append(lambda _event: self._on_wake(version))
 
     def _on_wake(self, version: int) -> None:
         if version != self._version:
             return  # superseded by a later start or finish
-        self._advance()
         now = self.env.now
         horizon = now + abs(now) * _REL_EPS + _ABS_EPS
-        still: list[_Flow] = []
-        for flow in self._flows:
-            if flow.finish <= horizon:
-                batch = flow.batch
-                batch.finish[flow.index] = now
-                batch.pending -= 1
-                if batch.pending == 0:
-                    batch.done.succeed(batch.finish)
-            else:
-                still.append(flow)
-        self._flows = still
-        self._reschedule()
+        finished: list[_Flow] = []
+        while (top := self._top()) is not None and top[0] <= horizon:
+            heapq.heappop(self._heap)
+            flow = self._flows.pop(top[1])
+            finished.append(flow)
+            for link in flow.route:
+                users = self._users[link]
+                del users[flow.id]
+                if not users:
+                    del self._users[link]
+        for flow in finished:
+            batch = flow.batch
+            batch.finish[flow.index] = now
+            batch.pending -= 1
+            if batch.pending == 0:
+                batch.done.succeed(batch.finish)
+        self._recompute(self._component(flow.route for flow in finished))
+        self._schedule_wake()
