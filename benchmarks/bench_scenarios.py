@@ -13,7 +13,7 @@ import resource
 import time
 from pathlib import Path
 
-import simpy
+from bench_scale import null_simpy_rate  # same folder: run as a script
 
 from simtrain import load_scenario
 from simtrain.engine.sim import execute
@@ -21,20 +21,6 @@ from simtrain.hardware.topology import build_cluster
 from simtrain.simulate import build_graph
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def null_simpy_rate(events: int = 200_000) -> float:
-    """Timeouts per second SimPy processes when the model does nothing else."""
-    env = simpy.Environment()
-
-    def proc(n: int):
-        for _ in range(n):
-            yield env.timeout(1.0)
-
-    env.process(proc(events))
-    start = time.perf_counter()
-    env.run()
-    return events / (time.perf_counter() - start)
 
 
 def bench(path: Path) -> dict[str, float | int | str]:

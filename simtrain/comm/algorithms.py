@@ -130,28 +130,27 @@ def _rounds(p: int) -> int:
 # ----------------------------------------------------------------------------- rings
 
 
+def _ring_steps(op: str, p: int) -> tuple[int, float]:
+    """(steps, fraction of n each rank sends): all-reduce 2(P-1) and 2(P-1)/P, else P-1."""
+    if op == "all_reduce":
+        return 2 * (p - 1), 2 * (p - 1) / p
+    return p - 1, (p - 1) / p
+
+
 def ring(call: Call, ctx: Context) -> list[Phase]:
     """Ring all-reduce (2(P-1) steps of 2(P-1)/P·n), reduce-scatter / all-gather (P-1 steps)."""
-    p = len(call.ranks)
-    if p <= 1:
+    if len(call.ranks) <= 1:
         return []
-    if call.op == "all_reduce":
-        steps, fraction = 2 * (p - 1), 2 * (p - 1) / p
-    else:
-        steps, fraction = p - 1, (p - 1) / p
+    steps, fraction = _ring_steps(call.op, len(call.ranks))
     orders = ring_channels(call.ranks, ctx.fabric)
     return [_ring_phase(orders, call.nbytes * fraction / len(orders), steps, ctx)]
 
 
 def bidirectional_ring(call: Call, ctx: Context) -> list[Phase]:
     """Two rings in opposite directions, each carrying half the message."""
-    p = len(call.ranks)
-    if p <= 1:
+    if len(call.ranks) <= 1:
         return []
-    if call.op == "all_reduce":
-        steps, fraction = 2 * (p - 1), 2 * (p - 1) / p
-    else:
-        steps, fraction = p - 1, (p - 1) / p
+    steps, fraction = _ring_steps(call.op, len(call.ranks))
     orders = ring_channels(call.ranks, ctx.fabric)
     both = [*orders, *[list(reversed(o)) for o in orders]]
     return [_ring_phase(both, call.nbytes * fraction / len(both), steps, ctx)]

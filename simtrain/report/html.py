@@ -262,7 +262,7 @@ def gantt_ranks(timeline: Timeline, path: CriticalPath) -> list[int] | None:
     return sorted(reps)
 
 
-class _Divs:
+class FigureDivs:
     """Figures to HTML divs with fixed ids; plotly.js is inlined with the first one only."""
 
     def __init__(self) -> None:
@@ -323,7 +323,7 @@ def render_report(
     ``subtitle`` (e.g. the scenario's description and plan) goes under the title.
     """
     path = critical_path(timeline, graph)
-    div = _Divs()
+    div = FigureDivs()
     gantt = gantt_figure(timeline, server_of=server_of, max_rows=max_rows,
                          representatives=gantt_ranks(timeline, path), highlight=path.spans)
     parts = [f'<section id="gantt"><h2>Timeline</h2>\n{div(gantt, GANTT_DIV_ID)}\n</section>',

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 
 from simtrain.report.gantt import gantt_figure
-from simtrain.report.html import cards_html, figure_div, page, write_report
+from simtrain.report.html import FigureDivs, cards_html, page, write_report
 
 if TYPE_CHECKING:
     from simtrain.study.run import SweepResult
@@ -35,20 +35,10 @@ MAX_TABLE_ROWS = 2000
 MAX_SLIDER_STEPS = 48
 
 
-class _Divs:
-    def __init__(self) -> None:
-        self.first = True
-
-    def __call__(self, fig: go.Figure, div_id: str) -> str:
-        out = figure_div(fig, div_id, include_plotlyjs=self.first)
-        self.first = False
-        return out
-
-
 def render_sweep_report(result: SweepResult) -> str:
     """The report for a finished (or partial) sweep as one HTML string (deterministic)."""
     spec, rows = result.spec, result.rows
-    div = _Divs()
+    div = FigureDivs()
     counts = result.counts
     parts = [f"<header><h1>Sweep: {html.escape(spec.name)}</h1>",
              f'<p class="muted">{len(rows):,} of {len(spec):,} points · {counts["ok"]:,} ok · '
@@ -168,7 +158,7 @@ def _heatmap(spec: SweepSpec, dx: int, dy: int,
     return fig
 
 
-def _point_section(spec: SweepSpec, label: str, row: dict[str, Any], div: _Divs) -> str:
+def _point_section(spec: SweepSpec, label: str, row: dict[str, Any], div: FigureDivs) -> str:
     """Cards, axis values and the Gantt chart of one point, simulated again here."""
     from simtrain.scenario import load_scenario
     from simtrain.simulate import simulate
