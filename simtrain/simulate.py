@@ -107,15 +107,23 @@ def fidelity(scenario: Scenario, cluster: Cluster) -> str:
     than one of them, no hung or straggling ranks, no MoE routing imbalance (which makes
     expert ranks differ), and a preset-built cluster where every server is wired alike.
     """
-    chosen = scenario.sim.fidelity
-    if chosen != "auto":
-        return chosen
     sim, model = scenario.sim, scenario.model
+    differ = [why for why, present in (
+        ("hung or straggling ranks (sim.hangs, sim.stragglers)", sim.hangs or sim.stragglers),
+        ("MoE routing imbalance (expert ranks carry different loads)",
+         model.num_experts and model.routing_imbalance),
+        ("a custom topology (servers may be wired differently)",
+         not getattr(cluster, "uniform", False)),
+    ) if present]
+    if sim.fidelity == "symmetric" and differ:
+        raise ScenarioError(
+            f"sim.fidelity: symmetric needs identical data-parallel replicas, but the "
+            f"scenario has {'; '.join(differ)}; use sim.fidelity: explicit (or auto)",
+            source=scenario.name, field="sim.fidelity")
+    if sim.fidelity != "auto":
+        return sim.fidelity
     dims = scenario.parallelism.dims(cluster.num_gpus)
-    identical = (dims.dp > 1 and not sim.hangs and not sim.stragglers
-                 and not (model.num_experts and model.routing_imbalance)
-                 and getattr(cluster, "uniform", False))
-    return "symmetric" if identical else "explicit"
+    return "symmetric" if dims.dp > 1 and not differ else "explicit"
 
 
 def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryReport:

@@ -55,3 +55,14 @@ def test_slow_rank_slows_the_step():
                                   ["sim.stragglers={2: {slowdown: 1.5}}"])).summary
     base = simulate(load_scenario(ROOT / "scenarios/quickstart.yaml")).summary
     assert slow["step_time_s"] > 1.3 * base["step_time_s"]
+
+
+def test_forcing_symmetric_where_replicas_differ_is_a_clear_error():
+    from simtrain import ScenarioError
+
+    with pytest.raises(ScenarioError, match="needs identical data-parallel replicas.*"
+                                            "hung or straggling"):
+        simulate(load_scenario(ROOT / "scenarios/quickstart.yaml",
+                               ["sim.fidelity=symmetric", "sim.hangs={1: 1ms}"]))
+    with pytest.raises(ScenarioError, match="MoE routing imbalance"):
+        simulate(load_scenario(ROOT / "scenarios/moe_mixtral.yaml", ["sim.fidelity=symmetric"]))
