@@ -364,12 +364,14 @@ def presets() -> None:
 
 
 def _register_extensions() -> None:
-    """Commands that live in their own modules: ``simtrain collective`` and ``sweep``."""
+    """Commands that live in their own modules: ``collective``, ``sweep`` and ``plan``."""
     from simtrain.cli_collective import register as register_collective
+    from simtrain.cli_plan import register as register_plan
     from simtrain.cli_sweep import register as register_sweep
 
     register_collective(app)
     register_sweep(app)
+    register_plan(app)
 
 
 _register_extensions()

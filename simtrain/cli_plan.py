@@ -1,0 +1,213 @@
+"""``simtrain plan``: search the parallel plans of a training job (registered on the main app)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from simtrain.errors import ScenarioError
+
+EPILOG = (
+    "Examples:\n\n"
+    "  simtrain plan --model llama3-70b --cluster dgx-h100 --nodes 128 --tokens 2T "
+    "--seq-len 8192 --global-batch 1024\n\n"
+    "  simtrain plan --model llama3-8b --cluster dgx-h100 --nodes 16,32,64 --tokens 15T "
+    "--seq-len 8192 --global-batch-tokens 4M --top 3 --report reports/plan.html\n\n"
+    "  simtrain plan PLAN.yaml --json\n\n"
+    "A plan file has model, cluster (nodes: N or a list), training (tokens, seq_len, "
+    "global_batch or global_batch_tokens) and an optional search section; flags override "
+    "it (docs/planning.md). Exit status: 0 ok, 2 bad input, 1 anything else."
+)
+
+PHASES = {"check": "checking plans", "simulate": "simulating (upper bound)",
+          "final": "final runs (flow network)"}
+
+
+def plan(
+    plan_file: Annotated[Path | None, typer.Argument(help="plan YAML (optional when the "
+                                                     "flags say it all)")] = None,
+    model: Annotated[str | None, typer.Option(help="model preset, e.g. llama3-70b")] = None,
+    cluster: Annotated[str | None, typer.Option(help="cluster preset, e.g. dgx-h100")] = None,
+    nodes: Annotated[str | None, typer.Option(help="node count, or several: 64,128")] = None,
+    tokens: Annotated[str | None, typer.Option(help="tokens to train on, e.g. 2T")] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence")
+                       ] = None,
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", help="sequences per optimizer step")] = None,
+    global_batch_tokens: Annotated[str | None, typer.Option(
+        "--global-batch-tokens", help="tokens per optimizer step, e.g. 4M")] = None,
+    top: Annotated[int | None, typer.Option(help="plans to rank [default: 5]")] = None,
+    final_network: Annotated[str | None, typer.Option(
+        "--final-network", help="flow (contention) or analytic for the top plans' "
+                                "final runs [default: flow]")] = None,
+    executor: Annotated[str, typer.Option(help="local (processes) or serial")] = "local",
+    workers: Annotated[int | None, typer.Option("--workers", "-j", help="worker processes "
+                                                "(default: all cores)")] = None,
+    report: Annotated[Path | None, typer.Option(help="write an HTML report with the top "
+                                                "plans' Gantt charts")] = None,
+    charts: Annotated[int, typer.Option(help="Gantt charts in the report")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+) -> None:
+    """Search parallel plans (tp, pp, cp, dp, ep, ZeRO, micro batch, recompute, schedule)
+    that fit in memory; rank them by throughput with time-to-train and GPU-hours."""
+    from simtrain.study.executors import make_executor
+    from simtrain.study.plan import load_plan, plan_spec, search
+
+    err = Console(stderr=True)
+
+    def fail(message: str, code: int) -> typer.Exit:
+        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        return typer.Exit(code)
+
+    try:
+        data = _merge(plan_file, model=model, cluster=cluster, nodes=nodes, tokens=tokens,
+                      seq_len=seq_len, global_batch=global_batch,
+                      global_batch_tokens=global_batch_tokens, top=top,
+                      final_network=final_network)
+        spec = (load_plan(plan_file) if plan_file is not None and data is None
+                else plan_spec(data or {}, name=plan_file.stem if plan_file else "plan"))
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        if charts < 0:
+            raise ValueError(f"--charts must be >= 0, got {charts}")
+        if executor not in ("local", "serial"):
+            raise ValueError(f"--executor must be local or serial, got {executor!r}")
+    except (ScenarioError, ValueError) as exc:
+        raise fail(str(exc).replace("\n", " "), 2) from None
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                        TimeRemainingColumn(), console=err,
+                        disable=quiet or as_json or not err.is_terminal)
+    tasks: dict[str, TaskID] = {}
+
+    def on_progress(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = progress.add_task(PHASES.get(phase, phase), total=total)
+        progress.update(tasks[phase], completed=done, total=total)
+
+    runner = make_executor(executor, workers=workers)
+    try:
+        with progress:
+            result = search(spec, executor=runner, progress=on_progress,
+                            keep=charts if report is not None else 0)
+        if report is not None:
+            from simtrain.study.plan_report import write_plan_report
+
+            write_plan_report(result, report, charts=charts)
+    except ScenarioError as exc:
+        raise fail(str(exc), 2) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
+    finally:
+        runner.close()
+    doc = result.as_json()
+    if report is not None:
+        doc["report"] = str(report)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+        return
+    if not result.ranked:
+        raise fail(f"no plan fits: {_why(result)}", 1)
+    out = Console()
+    out.print(_table(doc))
+    counts = doc["counts"]
+    out.print(f"{counts['enumerated']:,} candidates: {counts['invalid']:,} invalid, "
+              f"{counts['oom']:,} out of memory, {counts['pruned']:,} pruned by the bound, "
+              f"{counts['simulated']:,} simulated ({counts['failed']:,} failed) in "
+              f"{doc['search_wall_s']:.1f} s", highlight=False)
+    if report is not None:
+        out.print(f"report: {report}")
+
+
+def _why(result: Any) -> str:
+    counts = result.counts
+    sample = next((c.reason for c in result.candidates if c.status == "oom"), None) or \
+        next((c.reason for c in result.candidates if c.status == "invalid"), "no candidates")
+    return (f"{counts['enumerated']:,} candidates, {counts['invalid']:,} invalid, "
+            f"{counts['oom']:,} out of memory (e.g. {sample}); add nodes or a larger GPU")
+
+
+def _merge(plan_file: Path | None, **flags: Any) -> dict[str, Any] | None:
+    """The plan mapping from the file and the flags (None: the file alone, unchanged)."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    if plan_file is None and not given:
+        raise ValueError("give a plan file or --model, --cluster, --nodes, --tokens, "
+                         "--seq-len and --global-batch")
+    if plan_file is not None and not given:
+        return None
+    data: dict[str, Any] = {}
+    if plan_file is not None:
+        import io
+
+        from ruamel.yaml import YAML
+
+        try:
+            loaded = YAML(typ="safe").load(io.StringIO(plan_file.read_text(encoding="utf-8")))
+        except OSError as exc:
+            raise ScenarioError(f"cannot read plan file: {exc.strerror}",
+                                source=str(plan_file)) from None
+        if not isinstance(loaded, dict):
+            raise ScenarioError("expected a mapping", source=str(plan_file))
+        data = loaded
+    for section in ("model", "cluster", "training", "search"):
+        data[section] = dict(data.get(section) or {})
+    if "model" in given:
+        data["model"] = {"preset": given["model"]}
+        data.setdefault("name", given["model"])
+    if "cluster" in given:
+        data["cluster"] = {"preset": given["cluster"], "nodes": data["cluster"].get("nodes", 1)}
+    if "nodes" in given:
+        try:
+            data["cluster"]["nodes"] = [int(n) for n in str(given["nodes"]).split(",")]
+        except ValueError:
+            raise ValueError(f"--nodes must be a count or a comma-separated list of counts, "
+                             f"got {given['nodes']!r}") from None
+    train = data["training"]
+    for key in ("tokens", "seq_len"):
+        if key in given:
+            train[key] = given[key]
+    if "global_batch" in given:
+        train.pop("global_batch_tokens", None)
+        train["global_batch"] = given["global_batch"]
+    if "global_batch_tokens" in given:
+        train.pop("global_batch", None)
+        train["global_batch_tokens"] = given["global_batch_tokens"]
+    for key in ("top", "final_network"):
+        if key in given:
+            data["search"][key] = given[key]
+    if not data["search"]:
+        del data["search"]
+    return data
+
+
+def _table(doc: dict[str, Any]) -> Table:
+    from simtrain.study.plan import format_rows
+    from simtrain.study.plan_report import HEAD
+
+    table = Table(title=f"simtrain plan · {doc['plan']} · {doc['tokens']:.3g} tokens")
+    for i, head in enumerate(HEAD):
+        table.add_column(head, justify="left" if i == 1 else "right")
+    for row in format_rows(doc["ranked"]):
+        table.add_row(*row)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the main app."""
+    app.command("plan", epilog=EPILOG)(plan)
