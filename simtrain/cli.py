@@ -368,10 +368,12 @@ def _register_extensions() -> None:
     from simtrain.cli_collective import register as register_collective
     from simtrain.cli_plan import register as register_plan
     from simtrain.cli_sweep import register as register_sweep
+    from simtrain.cli_validate import register as register_validate
 
     register_collective(app)
     register_sweep(app)
     register_plan(app)
+    register_validate(app)
 
 
 _register_extensions()

@@ -33,6 +33,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.parallel.ddp import DP_STREAM, assign_buckets
 from simtrain.parallel.fuse import Spec, fuse
@@ -92,11 +94,14 @@ class Lowering:
         self.state = _State()
         d = self.dims
         self.stage_ranks = [d.stage_ranks(s) for s in range(d.pp)]
+        self._simulated: set[int] = set(range(d.world_size))
         if options.symmetric:
-            self.stage_ranks = [[r for r in ranks if d.coords(r)["dp"] == 0]
-                                for ranks in self.stage_ranks]
-            simulated = {r for ranks in self.stage_ranks for r in ranks}
-            graph.virtual = set(range(d.world_size)) - simulated
+            # Data-parallel replicas are identical, and so are the ranks of a tensor-
+            # parallel group (Megatron splits evenly): simulate tp = dp = 0 of each stage.
+            self.stage_ranks = [[r for r in ranks if d.coords(r)["dp"] == 0
+                                 and d.coords(r)["tp"] == 0] for ranks in self.stage_ranks]
+            self._simulated = {r for ranks in self.stage_ranks for r in ranks}
+            graph.virtual = set(range(d.world_size)) - self._simulated
         self._groups: dict[tuple[int, str], list[tuple[int, ...]]] = {}
         self._group_of: dict[tuple[int, str], tuple[int, ...]] = {}
         self._copies: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
@@ -221,17 +226,33 @@ class Lowering:
         return self.state.frontier.get(rank, [])
 
     def copies(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        """Symmetric fidelity: the same group in every other data-parallel replica, when
-        ``group`` lies inside replica 0 (groups spanning replicas are all emitted)."""
+        """Symmetric fidelity: the images of ``group`` under the symmetries (shifts along dp
+        and tp) that hold no simulated rank — identical collectives nobody emits, whose
+        traffic must still load the network. Images that touch a simulated rank are the
+        group itself (or emitted by it)."""
         if not self.o.symmetric:
             return ()
         if group not in self._copies:
             d = self.dims
             coords = [d.coords(r) for r in group]
-            inside = all(c["dp"] == 0 for c in coords)
-            self._copies[group] = tuple(
-                tuple(d.rank(**{**c, "dp": k}) for c in coords) for k in range(1, d.dp)
-            ) if inside else ()
+            dp_i = np.array([c["dp"] for c in coords])
+            tp_i = np.array([c["tp"] for c in coords])
+            base = np.array(group) - dp_i * d.stride("dp") - tp_i * d.stride("tp")
+            # Every (dp, tp) shift at once: images[shift, member].
+            dp_s, tp_s = np.meshgrid(np.arange(d.dp), np.arange(d.tp), indexing="ij")
+            dp_new = (dp_i[None, :] + dp_s.reshape(-1, 1)) % d.dp
+            tp_new = (tp_i[None, :] + tp_s.reshape(-1, 1)) % d.tp
+            images = base[None, :] + dp_new * d.stride("dp") + tp_new * d.stride("tp")
+            # Images holding a simulated rank (dp = tp = 0) are the group or emitted.
+            free = ~((dp_new == 0) & (tp_new == 0)).any(axis=1)
+            members = frozenset(group)
+            seen: dict[frozenset[int], tuple[int, ...]] = {}
+            for row in images[free]:
+                image = tuple(int(r) for r in row)
+                key = frozenset(image)
+                if key != members and key not in seen:
+                    seen[key] = image
+            self._copies[group] = tuple(seen.values())
         return self._copies[group]
 
     def _coll(self, op: str, group: tuple[int, ...], nbytes: float, name: str, *, kind: str,

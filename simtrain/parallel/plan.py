@@ -157,6 +157,15 @@ class ParallelDims:
             rank //= self.size(axis)
         return out
 
+    def stride(self, dim: str) -> int:
+        """Rank distance between neighbours along ``dim`` (product of inner degrees)."""
+        out = 1
+        for axis in self._axes:
+            if axis == dim:
+                return out
+            out *= self.size(axis)
+        raise ValueError(f"unknown parallel dimension {dim!r}; expected one of {self._axes}")
+
     def rank(self, **coords: int) -> int:
         """The rank at ``coords`` (missing ones are 0)."""
         rank, stride = 0, 1

@@ -93,3 +93,13 @@ def test_dp_is_what_is_left_and_an_explicit_dp_still_works():
     s = _load({"tp": 2, "pp": 2})
     assert s.parallelism.dims(16).dp == 4
     assert _load({"dp": 16}).parallelism.dims(16).dp == 16
+
+
+def test_stride_is_the_rank_distance_along_a_dimension():
+    # Order tp-cp-pp-dp with tp=2, cp=1, pp=4, dp=3: rank = tp + 2*(cp + 1*(pp + 4*dp)),
+    # so strides are tp 1, cp 2, pp 2, dp 8.
+    from simtrain.parallel.plan import ParallelDims
+
+    d = ParallelDims(tp=2, pp=4, dp=3)
+    assert [d.stride(x) for x in ("tp", "cp", "pp", "dp")] == [1, 2, 2, 8]
+    assert d.rank(tp=1, pp=2, dp=1) == 1 + 2 * 2 + 8

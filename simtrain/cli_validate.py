@@ -1,0 +1,108 @@
+"""``simtrain validate``: compare simtrain with published runs (registered on the main app)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from simtrain.errors import ScenarioError
+
+EPILOG = (
+    "Examples:\n\n"
+    "  simtrain validate\n\n"
+    "  simtrain validate --suite megatron-2020 --suite nccl\n\n"
+    "  simtrain validate --suite mcore-2024-h100 --json > mcore.json\n\n"
+    "Error = predicted / published - 1 (signed); MAPE = mean |error| per suite and metric. "
+    "Exit status: 0 ok (whatever the errors), 2 bad input, 1 anything else."
+)
+
+
+def validate(
+    suite: Annotated[list[str] | None, typer.Option(
+        "--suite", "-s", help="megatron-2020, mcore-2024-h100 or nccl; repeat for several "
+                              "[all]")] = None,
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", help="folder of the suite YAML files [scenarios/validation]")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print rows and per-suite summary "
+                                                         "as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+) -> None:
+    """Simulate published training runs and NCCL measurements; print the error of each row."""
+    from simtrain.validation import SUITES, count_rows, run_suite, summarize
+
+    err = Console(stderr=True)
+
+    def fail(message: str) -> typer.Exit:
+        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        return typer.Exit(2)
+
+    chosen = list(dict.fromkeys(suite or SUITES))
+    unknown = [s for s in chosen if s not in SUITES]
+    if unknown:
+        raise fail(f"unknown suite {unknown[0]!r}; expected one of: {', '.join(SUITES)}")
+    rows = []
+    try:
+        total = sum(count_rows(s, directory) for s in chosen)
+        show = not quiet and not as_json and err.is_terminal
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=True,
+                      disable=not show) as bar:
+            task = bar.add_task("validating", total=total)
+            for name in chosen:
+                bar.update(task, description=name)
+                rows.extend(run_suite(name, directory,
+                                      progress=lambda row_id: bar.advance(task)))
+    except ScenarioError as exc:
+        raise fail(str(exc)) from None
+    summary = summarize(rows)
+    if as_json:
+        payload = {"rows": [r.as_dict() for r in rows], "summary": summary}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    out = Console()
+    for name in chosen:
+        out.print(_rows_table(name, [r for r in rows if r.suite == name]))
+    out.print(_summary_table(summary))
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1%}"
+
+
+def _rows_table(name: str, rows: list[Any]) -> Table:
+    table = Table(title=f"validation · {name}")
+    for column, justify in (("row", "left"), ("metric", "left"), ("published", "right"),
+                            ("predicted", "right"), ("error", "right"), ("note", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        predicted = "skipped" if r.predicted is None else f"{r.predicted:,.1f}"
+        colour = ("dim" if r.error is None else "green" if abs(r.error) <= 0.1
+                  else "yellow" if abs(r.error) <= 0.25 else "red")
+        table.add_row(r.id, f"{r.metric}", f"{r.published:,.1f}", predicted,
+                      f"[{colour}]{_pct(r.error)}[/]", r.skipped or r.note)
+    return table
+
+
+def _summary_table(summary: list[dict[str, Any]]) -> Table:
+    table = Table(title="validation · summary (error = predicted / published - 1)")
+    for column in ("suite", "metric", "rows", "skipped", "MAPE", "mean error", "worst row"):
+        table.add_column(column, justify="left" if column in ("suite", "metric", "worst row")
+                         else "right")
+    for s in summary:
+        mape = "—" if s["mape"] is None else f"{s['mape']:.1%}"
+        worst = "—" if s["worst"] is None else f"{s['worst']} ({_pct(s['worst_error'])})"
+        table.add_row(s["suite"], s["metric"], str(s["rows"]), str(s["skipped"]), mape,
+                      _pct(s["mean_error"]), worst)
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command to the main app."""
+    app.command("validate", epilog=EPILOG)(validate)
