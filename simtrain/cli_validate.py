@@ -27,9 +27,9 @@ EPILOG = (
 def validate(
     suite: Annotated[list[str] | None, typer.Option(
         "--suite", "-s", help="megatron-2020, mcore-2024-h100 or nccl; repeat for several "
-                              "[all]")] = None,
+                              "(default: all)")] = None,
     directory: Annotated[Path | None, typer.Option(
-        "--dir", help="folder of the suite YAML files [scenarios/validation]")] = None,
+        "--dir", help="folder of the suite YAML files (default: scenarios/validation)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows and per-suite summary "
                                                          "as JSON")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
@@ -67,9 +67,15 @@ def validate(
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
     out = Console()
+    if not out.is_terminal:  # piped: do not squeeze the tables into 80 columns
+        out = Console(width=160)
     for name in chosen:
         out.print(_rows_table(name, [r for r in rows if r.suite == name]))
     out.print(_summary_table(summary))
+
+
+METRIC_LABELS = {"iteration_time_ms": "step (ms)", "tflops_per_gpu": "TFLOP/s/GPU",
+                 "busbw_gbps": "busbw (GB/s)"}
 
 
 def _pct(value: float | None) -> str:
@@ -78,15 +84,19 @@ def _pct(value: float | None) -> str:
 
 def _rows_table(name: str, rows: list[Any]) -> Table:
     table = Table(title=f"validation · {name}")
-    for column, justify in (("row", "left"), ("metric", "left"), ("published", "right"),
-                            ("predicted", "right"), ("error", "right"), ("note", "left")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table.add_column("row", no_wrap=True)
+    table.add_column("metric", no_wrap=True)
+    for column in ("published", "predicted", "error"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("note")
     for r in rows:
         predicted = "skipped" if r.predicted is None else f"{r.predicted:,.1f}"
         colour = ("dim" if r.error is None else "green" if abs(r.error) <= 0.1
                   else "yellow" if abs(r.error) <= 0.25 else "red")
-        table.add_row(r.id, f"{r.metric}", f"{r.published:,.1f}", predicted,
-                      f"[{colour}]{_pct(r.error)}[/]", r.skipped or r.note)
+        note = (f"not representable: {r.skipped}" if r.skipped
+                else "known miss (see --json)" if r.note and r.suite == "nccl" else r.note)
+        table.add_row(r.id, METRIC_LABELS.get(r.metric, r.metric), f"{r.published:,.1f}",
+                      predicted, f"[{colour}]{_pct(r.error)}[/]", note)
     return table
 
 
@@ -98,8 +108,8 @@ def _summary_table(summary: list[dict[str, Any]]) -> Table:
     for s in summary:
         mape = "—" if s["mape"] is None else f"{s['mape']:.1%}"
         worst = "—" if s["worst"] is None else f"{s['worst']} ({_pct(s['worst_error'])})"
-        table.add_row(s["suite"], s["metric"], str(s["rows"]), str(s["skipped"]), mape,
-                      _pct(s["mean_error"]), worst)
+        table.add_row(s["suite"], METRIC_LABELS.get(s["metric"], s["metric"]), str(s["rows"]),
+                      str(s["skipped"]), mape, _pct(s["mean_error"]), worst)
     return table
 
 

@@ -101,11 +101,12 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
 
 
 def fidelity(scenario: Scenario, cluster: Cluster) -> str:
-    """"explicit" (every rank) or "symmetric" (one data-parallel replica stands for all).
+    """"explicit" (every rank) or "symmetric" (tp = dp = 0 of each stage stands for all).
 
-    ``sim.fidelity: auto`` picks symmetric when the replicas really are identical: more
-    than one of them, no hung or straggling ranks, no MoE routing imbalance (which makes
-    expert ranks differ), and a preset-built cluster where every server is wired alike.
+    ``sim.fidelity: auto`` picks symmetric when there is something to mirror (dp > 1 or
+    tp > 1) and the copies really are identical: no hung or straggling ranks, no MoE
+    routing imbalance (which makes expert ranks differ), and a preset-built cluster where
+    every server is wired alike.
     """
     sim, model = scenario.sim, scenario.model
     differ = [why for why, present in (
@@ -123,7 +124,7 @@ def fidelity(scenario: Scenario, cluster: Cluster) -> str:
     if sim.fidelity != "auto":
         return sim.fidelity
     dims = scenario.parallelism.dims(cluster.num_gpus)
-    return "symmetric" if dims.dp > 1 and not differ else "explicit"
+    return "symmetric" if (dims.dp > 1 or dims.tp > 1) and not differ else "explicit"
 
 
 def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryReport:

@@ -229,7 +229,7 @@ class Lowering:
         """Symmetric fidelity: the images of ``group`` under the symmetries (shifts along dp
         and tp) that hold no simulated rank — identical collectives nobody emits, whose
         traffic must still load the network. Images that touch a simulated rank are the
-        group itself (or emitted by it)."""
+        group itself or groups emitted in their own right."""
         if not self.o.symmetric:
             return ()
         if group not in self._copies:
@@ -245,14 +245,17 @@ class Lowering:
             images = base[None, :] + dp_new * d.stride("dp") + tp_new * d.stride("tp")
             # Images holding a simulated rank (dp = tp = 0) are the group or emitted.
             free = ~((dp_new == 0) & (tp_new == 0)).any(axis=1)
-            members = frozenset(group)
-            seen: dict[frozenset[int], tuple[int, ...]] = {}
+            # Real groups partition the ranks: keep images disjoint from the group and from
+            # each other (a shift that cuts across blocks, e.g. an expert-parallel block
+            # moved by one replica, is not a group that exists).
+            taken = set(group)
+            found = []
             for row in images[free]:
                 image = tuple(int(r) for r in row)
-                key = frozenset(image)
-                if key != members and key not in seen:
-                    seen[key] = image
-            self._copies[group] = tuple(seen.values())
+                if taken.isdisjoint(image):
+                    taken.update(image)
+                    found.append(image)
+            self._copies[group] = tuple(found)
         return self._copies[group]
 
     def _coll(self, op: str, group: tuple[int, ...], nbytes: float, name: str, *, kind: str,

@@ -1,0 +1,197 @@
+"""`simtrain validate`: FLOP formulas, suite scenarios, error arithmetic, CLI (fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+from typer.testing import CliRunner
+
+from simtrain.cli import app
+from simtrain.validation import (
+    Row,
+    load_suite,
+    mape,
+    mcore_2024_model_flops,
+    megatron_2020_hardware_flops,
+    row_scenarios,
+    run_suite,
+    signed_error,
+    summarize,
+)
+
+runner = CliRunner()
+CALIBRATION = Path(__file__).resolve().parents[2] / "shared" / "reference" / "calibration.yaml"
+
+
+# --- FLOP formulas against hand-derived numbers ----------------------------------------
+
+def test_megatron_2020_formula_1b_row():
+    # 1B row: B=8, s=1024, l=24, h=1920, V=51200.
+    # 96*8*1024*24 = 18,874,368; x h^2 = 3,686,400 -> 69,578,470,195,200.
+    # 1 + s/(6h) + V/(16lh) = 1 + 1024/11520 + 51200/737280 = 1 + 4/45 + 5/72 = 139/120.
+    flops = megatron_2020_hardware_flops(8, 1024, 24, 1920, 51200)
+    assert flops == pytest.approx(69_578_470_195_200 * 139 / 120, rel=1e-12)
+    # ... and with the published 1,121 ms on one V100 it gives the published 71.9 TFLOP/s.
+    assert flops / 1.121 / 1e12 == pytest.approx(71.9, abs=0.05)
+
+
+def test_mcore_formula_1_7b_row():
+    # 1.7B row: B=192, s=4096, l=24, h=2048, a=16 (MHA: g=a), ffn=4h, GELU, V=131072.
+    # 12*B*s*l*h^2*[(1 + 1 + s/h) + 4 + V/(2lh)] = 12*B*s*l*h^2*(6 + 2 + 4/3)
+    # = 72*B*s*l*h^2*(1 + 1/3 + 2/9) = 72*B*s*l*h^2*14/9.
+    # 72*192*4096*24 = 1,358,954,496; x 2048^2 = 5,699,868,278,390,784.
+    flops = mcore_2024_model_flops(192, 4096, 24, 2048, 131072, heads=16)
+    assert flops == pytest.approx(5_699_868_278_390_784 * 14 / 9, rel=1e-12)
+    # The README's 408.8 TFLOP/s/GPU on 48 GPUs then means a step of ~0.45 s, and MFU 0.41.
+    assert 408.8 / 989 == pytest.approx(0.41, abs=0.005)
+
+
+def test_mcore_formula_reduces_to_72_form_and_handles_gqa_swiglu():
+    b, s, layers, h, v = 4, 2048, 32, 4096, 32000
+    gpt = mcore_2024_model_flops(b, s, layers, h, v, heads=32)
+    assert gpt == pytest.approx(72 * b * s * layers * h * h
+                                * (1 + s / (6 * h) + v / (12 * layers * h)), rel=1e-12)
+    # GQA (8 groups of 32 heads) and SwiGLU ffn 14336: by the bracket written out by hand.
+    gqa = mcore_2024_model_flops(b, s, layers, h, v, heads=32, query_groups=8,
+                                 ffn_hidden=14336, swiglu=True)
+    bracket = (1 + 8 / 32 + s / h) + (14336 / h) * 1.5 + v / (2 * layers * h)
+    assert gqa == pytest.approx(12 * b * s * layers * h * h * bracket, rel=1e-12)
+
+
+def test_published_megatron_tflops_follow_the_96_formula():
+    """Every 2020 row's TFLOP/s is the formula over its own iteration time (within 1%):
+    the formula and the transcribed numbers agree, so predictions use the same yardstick."""
+    for entry, scenario in row_scenarios("megatron-2020"):
+        m = scenario.model
+        flops = megatron_2020_hardware_flops(scenario.training.global_batch_size,
+                                             scenario.seq_len, m.num_layers, m.hidden_size,
+                                             m.vocab_size)
+        gpus = scenario.parallelism.tp * (scenario.parallelism.dp or 1)
+        pub = entry["published"]
+        implied = flops / (pub["iteration_time_ms"] / 1e3) / gpus / 1e12
+        assert implied == pytest.approx(pub["tflops_per_gpu"], rel=0.01), entry["id"]
+
+
+# --- suites map to the published rows ---------------------------------------------------
+
+def _calibration() -> dict:
+    if not CALIBRATION.exists():
+        pytest.skip(f"{CALIBRATION} not present (shared reference checkout)")
+    return YAML(typ="safe").load(CALIBRATION.read_text())
+
+
+def test_megatron_2020_scenarios_match_published_rows():
+    rows = _calibration()["megatron_readme_2020_tensor_parallel_scaling"]["rows"]
+    loaded = row_scenarios("megatron-2020")
+    assert len(loaded) == len(rows) == 12
+    gpu = {"dgx2_v100": "v100-32gb", "dgx_a100": "a100-40gb", "dgx_a100_cluster": "a100-40gb"}
+    for pub, (entry, sc) in zip(rows, loaded, strict=True):
+        p = sc.parallelism
+        dp = pub.get("data_parallel_size", 1)
+        assert sc.model.preset == f"megatron-{pub['case'].lower()}"
+        assert sc.cluster.gpu == gpu[pub["system"]]
+        assert sc.cluster.nodes * sc.cluster.gpus_per_node == pub["num_gpus"]
+        assert (p.tp, p.pp, p.dp) == (pub["num_gpus"] // dp, 1, dp)
+        assert sc.training.global_batch_size == pub["global_batch_size"]
+        assert sc.seq_len == 1024 and sc.model.vocab_size == 51200
+        assert p.recompute == "full" and sc.training.dtype == "fp16"
+        assert entry["published"] == {"iteration_time_ms": pub["iteration_time_ms"],
+                                      "tflops_per_gpu": pub["tflops_per_gpu"]}
+
+
+def test_mcore_scenarios_match_published_rows():
+    rows = _calibration()["megatron_core_readme_2024_h100_weak_scaling"]["rows"]
+    loaded = row_scenarios("mcore-2024-h100")
+    assert len(loaded) == len(rows) == 9
+    for pub, (entry, sc) in zip(rows, loaded, strict=True):
+        p, m = sc.parallelism, sc.model
+        assert (m.num_layers, m.hidden_size, m.num_heads) == (
+            pub["num_layers"], pub["hidden_size"], pub["attention_heads"])
+        assert (p.tp, p.pp, p.dp) == (pub["tensor_parallel_size"],
+                                      pub["pipeline_parallel_size"], pub["data_parallel_size"])
+        assert sc.cluster.nodes * sc.cluster.gpus_per_node == pub["num_gpus"]
+        assert sc.cluster.gpu == "h100-sxm"
+        assert sc.training.global_batch_size == pub["global_batch_size"]
+        assert sc.seq_len == 4096 and m.vocab_size == 131072
+        assert p.sp == (p.tp > 1) and p.zero == 1 and p.schedule == "1f1b"
+        assert not sc.sim.ignore_memory
+        assert entry["published"] == {"tflops_per_gpu": pub["tflops_per_gpu"]}
+
+
+# --- error arithmetic -------------------------------------------------------------------
+
+def test_signed_error_mape_and_summary():
+    assert signed_error(110.0, 100.0) == pytest.approx(0.10)
+    assert signed_error(80.0, 100.0) == pytest.approx(-0.20)
+    assert mape([0.10, -0.20, 0.0]) == pytest.approx(0.10)
+    with pytest.raises(ValueError):
+        mape([])
+    rows = [Row("s", "a", "m", 100.0, 110.0, 0.10), Row("s", "b", "m", 100.0, 70.0, -0.30),
+            Row("s", "c", "m", 50.0, None, None, skipped="not modelled"),
+            Row("t", "x", "n", 1.0, 1.0, 0.0)]
+    s, t = summarize(rows)
+    assert (s["suite"], s["metric"], s["rows"], s["skipped"]) == ("s", "m", 2, 1)
+    assert s["mape"] == pytest.approx(0.20)
+    assert s["mean_error"] == pytest.approx(-0.10)
+    assert (s["worst"], s["worst_error"]) == ("b", -0.30)
+    assert t["mape"] == 0.0
+
+
+# --- end to end: one cheap row, the CLI --------------------------------------------------
+
+@pytest.fixture
+def one_row_dir(tmp_path: Path) -> Path:
+    """The megatron-2020 suite cut down to its cheapest row (1B on one V100)."""
+    data = load_suite("megatron-2020")
+    data["rows"] = [r for r in data["rows"] if r["id"] == "1B-dgx2-1gpu"]
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    with (tmp_path / "megatron-2020.yaml").open("w") as f:
+        yaml.dump(data, f)
+    return tmp_path
+
+
+def test_one_row_end_to_end(one_row_dir: Path):
+    rows = run_suite("megatron-2020", one_row_dir)
+    step, tflops = rows
+    assert (step.metric, tflops.metric) == ("iteration_time_ms", "tflops_per_gpu")
+    assert step.published == 1121 and tflops.published == 71.9
+    assert step.predicted is not None and tflops.predicted is not None
+    assert step.error == pytest.approx(step.predicted / 1121 - 1)
+    # TFLOP/s come from the 96 formula over the simulated step, not from simtrain's HFU.
+    flops = megatron_2020_hardware_flops(8, 1024, 24, 1920, 51200)
+    assert tflops.predicted == pytest.approx(flops / (step.predicted / 1e3) / 1e12)
+    assert 0.3 < step.predicted / 1121 < 3  # a sane step; accuracy is docs/validation.md's
+
+
+def test_cli_json_shape(one_row_dir: Path):
+    result = runner.invoke(app, ["validate", "--suite", "megatron-2020", "--suite", "nccl",
+                                 "--dir", str(one_row_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert set(payload) == {"rows", "summary"}
+    row = payload["rows"][0]
+    assert {"suite", "id", "metric", "published", "predicted", "error", "unit", "note",
+            "skipped", "extra"} <= set(row)
+    assert {r["suite"] for r in payload["rows"]} == {"megatron-2020", "nccl"}
+    assert any(r["skipped"] for r in payload["rows"] if r["suite"] == "nccl")
+    summary = {(s["suite"], s["metric"]): s for s in payload["summary"]}
+    assert set(summary) == {("megatron-2020", "iteration_time_ms"),
+                            ("megatron-2020", "tflops_per_gpu"), ("nccl", "busbw_gbps")}
+    assert summary[("megatron-2020", "iteration_time_ms")]["worst"] == "1B-dgx2-1gpu"
+    for s in summary.values():
+        assert {"rows", "skipped", "mape", "mean_error", "worst", "worst_error"} <= set(s)
+
+
+def test_cli_table_and_exit_codes(one_row_dir: Path):
+    result = runner.invoke(app, ["validate", "-s", "megatron-2020", "--dir", str(one_row_dir)])
+    assert result.exit_code == 0, result.output
+    assert "1B-dgx2-1gpu" in result.stdout and "MAPE" in result.stdout
+    bad = runner.invoke(app, ["validate", "--suite", "bogus"])
+    assert bad.exit_code == 2 and "unknown suite" in bad.output
+    missing = runner.invoke(app, ["validate", "-s", "megatron-2020", "--dir",
+                                  str(one_row_dir / "nowhere")])
+    assert missing.exit_code == 2 and "cannot read" in missing.output
