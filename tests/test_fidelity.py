@@ -66,3 +66,16 @@ def test_forcing_symmetric_where_replicas_differ_is_a_clear_error():
                                ["sim.fidelity=symmetric", "sim.hangs={1: 1ms}"]))
     with pytest.raises(ScenarioError, match="MoE routing imbalance"):
         simulate(load_scenario(ROOT / "scenarios/moe_mixtral.yaml", ["sim.fidelity=symmetric"]))
+
+
+def test_symmetric_matches_explicit_with_expert_parallel_blocks():
+    # EP groups are blocks of ep replicas: the copies of the simulated block must be the
+    # other blocks, not every shifted (overlapping) set of replicas.
+    spec = {"cluster": {"preset": "dgx-h100", "nodes": 2}, "model": {"preset": "tiny-moe"},
+            "training": {"global_batch_size": 32, "seq_len": 256},
+            "parallelism": {"tp": 2, "ep": 4}, "sim": {"granularity": "layer"}}
+    explicit = simulate(load_scenario(spec, ["sim.fidelity=explicit"])).summary
+    symmetric = simulate(load_scenario(spec, ["sim.fidelity=symmetric"])).summary
+    assert symmetric["step_time_s"] == pytest.approx(explicit["step_time_s"], rel=1e-6)
+    assert symmetric["exposed_comm_by_kind"]["ep_comm"] == pytest.approx(
+        explicit["exposed_comm_by_kind"]["ep_comm"], rel=1e-6)
