@@ -71,9 +71,13 @@ def test_forcing_symmetric_where_replicas_differ_is_a_clear_error():
 def test_symmetric_matches_explicit_with_expert_parallel_blocks():
     # EP groups are blocks of ep replicas: the copies of the simulated block must be the
     # other blocks, not every shifted (overlapping) set of replicas.
-    spec = {"cluster": {"preset": "dgx-h100", "nodes": 2}, "model": {"preset": "tiny-moe"},
-            "training": {"global_batch_size": 32, "seq_len": 256},
-            "parallelism": {"tp": 2, "ep": 4}, "sim": {"granularity": "layer"}}
+    # tp 2 x ep 8 on 2 servers: each expert block spans both servers, so the blocks'
+    # all-to-alls share the NICs and an over-count of copies would show.
+    spec = {"cluster": {"preset": "dgx-h100", "nodes": 2},
+            "model": {"preset": "tiny-moe", "hidden_size": 1024, "num_heads": 8,
+                      "num_experts": 8},
+            "training": {"global_batch_size": 64, "seq_len": 512},
+            "parallelism": {"tp": 2, "ep": 8}, "sim": {"granularity": "layer"}}
     explicit = simulate(load_scenario(spec, ["sim.fidelity=explicit"])).summary
     symmetric = simulate(load_scenario(spec, ["sim.fidelity=symmetric"])).summary
     assert symmetric["step_time_s"] == pytest.approx(explicit["step_time_s"], rel=1e-6)
