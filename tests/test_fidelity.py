@@ -69,11 +69,10 @@ def test_forcing_symmetric_where_replicas_differ_is_a_clear_error():
 
 
 def test_symmetric_matches_explicit_with_expert_parallel_blocks():
-    # EP groups are blocks of ep replicas: the copies of the simulated block must be the
-    # other blocks, not every shifted (overlapping) set of replicas.
-    # tp 2 x ep 8 on 2 servers: each expert block spans both servers, so the blocks'
-    # all-to-alls share the NICs and an over-count of copies would show.
-    spec = {"cluster": {"preset": "dgx-h100", "nodes": 2},
+    # 4 servers, tp 2 -> dp 16 in blocks of ep 8: the copies of the simulated block must be
+    # the other real blocks, not every shifted (overlapping) set of replicas — counting
+    # those made the all-to-all 36% slower than explicit (5.7 vs 4.2 ms exposed).
+    spec = {"cluster": {"preset": "dgx-h100", "nodes": 4},
             "model": {"preset": "tiny-moe", "hidden_size": 1024, "num_heads": 8,
                       "num_experts": 8},
             "training": {"global_batch_size": 64, "seq_len": 512},
