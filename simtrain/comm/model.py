@@ -73,6 +73,7 @@ class CommModel:
                              f"choose one of: auto, {', '.join(self.backend.protocols)}")
         self._lat_cache: dict[tuple[int, int, str, str], float] = {}
         self._choices: dict[tuple[object, ...], tuple[str, str, float]] = {}
+        self._plans: dict[tuple[Call, str], Lowered] = {}
         self._predict = lru_cache(maxsize=4096)(self._predict_uncached)
 
     # -- latency ---------------------------------------------------------------------------
@@ -187,7 +188,15 @@ class CommModel:
         return choice
 
     def plan(self, call: Call, algorithm: str = "auto") -> Lowered:
-        """Choose the fastest candidate for ``call`` and lower it to phases."""
+        """Choose the fastest candidate for ``call`` and lower it to phases (cached: a
+        layer's collectives repeat every microbatch)."""
+        key = (call, algorithm)
+        lowered = self._plans.get(key)
+        if lowered is None:
+            lowered = self._plans[key] = self._plan(call, algorithm)
+        return lowered
+
+    def _plan(self, call: Call, algorithm: str) -> Lowered:
         name, protocol, t = self.choose(call, algorithm)
         nodes = self._nodes(call.ranks)
         wire = self.backend.wire_factor(name, protocol, nodes)

@@ -96,6 +96,7 @@ def max_min_rates(
     rates = [0.0] * len(routes)
     remaining_cap: dict[int, float] = {}
     users: dict[int, list[tuple[int, float]]] = {}
+    load: dict[int, float] = {}  # total weight of unfrozen flows per link
     paths: list[list[tuple[int, float]]] = []
     for i, route in enumerate(routes):
         if not route:
@@ -112,11 +113,12 @@ def max_min_rates(
         for link, weight in path:
             if link not in users:
                 users[link] = []
+                load[link] = 0.0
                 if link >= 0:
                     remaining_cap[link] = capacity[link]
             users[link].append((i, weight))
+            load[link] += weight
     frozen = [not route for route in routes]
-    load = {link: sum(w for _, w in flows) for link, flows in users.items()}
     # Lazy min-heap of (fair share, link): a link's share only grows as flows freeze, so
     # stale entries (share no longer current) are skipped when popped. Ties break on the
     # link id, so the result does not depend on dict order.
