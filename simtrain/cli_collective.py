@@ -11,8 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simtrain.comm.algorithms import ALGORITHMS, AlgorithmError
-from simtrain.errors import ScenarioError
+from simtrain.comm.algorithms import ALGORITHMS
 from simtrain.units import parse_bytes
 
 EPILOG = (
@@ -71,10 +70,8 @@ def collective(
         message_sizes = sizes(_size(min_bytes), _size(max_bytes), factor)
         model = comm_cfg.build(built, built.gpu_spec.arch)
         rows = [r for r in run_sweep(built, model, op, ranks, message_sizes, algorithm)]
-    except (ScenarioError, ValueError) as exc:  # includes AlgorithmError and pydantic errors
-        if isinstance(exc, AlgorithmError | ScenarioError):
-            raise fail(str(exc)) from None
-        raise fail(str(exc).replace("\n", " ")) from None
+    except ValueError as exc:  # ScenarioError, AlgorithmError and pydantic's errors
+        raise fail(" ".join(str(exc).split("\n"))) from None
     if as_json:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
         return

@@ -44,6 +44,26 @@ _NVLINK_EFFICIENCY = {"volta": 20.0 / 25, "ampere": 20.0 / 25, "hopper": 20.6 / 
 _LINK_EFFICIENCY = {"ib": 0.96, "ethernet": 0.96, "pcie": 0.75, "qpi": 1.0}
 
 
+@dataclass(frozen=True)
+class TuningTables:
+    """NCCL's cost-model constants (tuning.cc): latencies in us by algorithm family and
+    protocol, per-hop latencies by link class, the LL bus-bandwidth cap by GPU arch, and
+    the tree's Simple-protocol bandwidth factor (0.92)."""
+
+    base_us: Mapping[str, tuple[float, float, float]]
+    hop_us: Mapping[str, Mapping[str, tuple[float, float, float]]]
+    ll_max_gbps: Mapping[str, tuple[float, float, float]]
+    tree_simple_factor: float = 0.92
+
+
+NCCL_TUNING = TuningTables(base_us=_NCCL_BASE, hop_us=_NCCL_HW, ll_max_gbps=_NCCL_LL_MAX)
+
+
+def _family(algorithm: str) -> str:
+    """NCCL's tables have rows for tree and ring; every other algorithm uses the ring's."""
+    return "tree" if algorithm == "tree" else "ring"
+
+
 def link_class(kinds: set[str], same_server: bool) -> str:
     """NCCL's latency class of a hop: "nvlink", "pci" inside a server, "net" across."""
     if not same_server:
@@ -70,19 +90,20 @@ class Backend:
     # algorithm) pairs tried in order; an algorithm that cannot run (e.g. halving-doubling
     # on a non-power-of-two group) falls through to the next rule.
     size_rules: Mapping[str, tuple[tuple[float, str], ...]] = field(default_factory=dict)
+    # NCCL's cost-model tables; None for libraries described by the fields above alone.
+    tuning: TuningTables | None = None
 
     # -- latency ---------------------------------------------------------------------------
     def base_latency(self, algorithm: str, protocol: str) -> float:
         """Seconds paid once per collective launch."""
-        if self.name == "nccl":
-            row = _NCCL_BASE["tree" if algorithm == "tree" else "ring"]
-            return row[PROTOCOLS.index(protocol)] * US
+        if self.tuning is not None:
+            return self.tuning.base_us[_family(algorithm)][PROTOCOLS.index(protocol)] * US
         return self.launch_latency
 
     def hop_latency(self, route_latency: float, cls: str, algorithm: str, protocol: str) -> float:
         """Alpha of one step over a hop of class ``cls`` with the given route latency."""
-        if self.name == "nccl":
-            row = _NCCL_HW[cls]["tree" if algorithm == "tree" else "ring"]
+        if self.tuning is not None:
+            row = self.tuning.hop_us[cls][_family(algorithm)]
             return max(route_latency, row[PROTOCOLS.index(protocol)] * US)
         return route_latency + self.step_overhead
 
@@ -101,12 +122,15 @@ class Backend:
             if algorithm == "tree":
                 return 9 / 7 if nodes == 1 else 128 / 120
             return 1 / 0.92
-        return 1 / 0.92 if (self.name == "nccl" and algorithm == "tree") else 1.0
+        if self.tuning is not None and algorithm == "tree":
+            return 1 / self.tuning.tree_simple_factor
+        return 1.0
 
     def bandwidth_cap(self, protocol: str, arch: str, nodes: int) -> float:
         """Upper bound on a rank's bus bandwidth (bytes/s) for ``protocol`` (NCCL's LL cap)."""
-        if self.name == "nccl" and protocol == "LL":
-            row = _NCCL_LL_MAX.get(arch, _NCCL_LL_MAX["ampere"])
+        if self.tuning is not None and protocol == "LL":
+            table = self.tuning.ll_max_gbps
+            row = table.get(arch, table["ampere"])
             return row[min(nodes, 4).bit_length() - 1] * 1e9
         return float("inf")
 
@@ -136,7 +160,8 @@ NCCL = Backend(
     auto_algorithms={"all_reduce": ("ring", "tree"), "scatter": ("direct",),
                      "gather": ("direct",), "all_to_all": ("direct",),
                      "all_to_all_v": ("direct",)},
-    link_efficiency={"ib": 0.96, "ethernet": 0.96, "pcie": 0.75, "qpi": 1.0},
+    link_efficiency=_LINK_EFFICIENCY,
+    tuning=NCCL_TUNING,
 )
 
 # Gloo (pytorch/gloo): CPU collectives over TCP. GPU tensors are staged through host

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from simtrain.comm.algorithms import ALGORITHMS, AlgorithmError, Call, Context, Phase, lowering
+from simtrain.comm.algorithms import AlgorithmError, Call, Context, Phase, lowering
 from simtrain.comm.backends import BACKENDS, IDEAL, Backend, link_class
 from simtrain.engine.network import Fabric, isolated_time
 
@@ -232,6 +232,3 @@ class CommModel:
         t, name, protocol = best
         return name, protocol, t
 
-
-def known_ops() -> list[str]:
-    return list(ALGORITHMS)

@@ -237,10 +237,6 @@ class FlowNetwork:
         self._schedule_wake()
         return batch.done
 
-    @property
-    def active_flows(self) -> int:
-        return len(self._flows)
-
     def _component(self, routes: Iterable[tuple[int, ...]]) -> list[_Flow]:
         """Active flows connected to ``routes`` through shared links, in creation order."""
         seen_links: set[int] = set()
