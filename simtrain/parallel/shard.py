@@ -41,6 +41,7 @@ from simtrain.workload.model import (
     _elementwise,
     _gemm,
     _norm,
+    attention_ops,
     moe_ops,
 )
 
@@ -149,19 +150,21 @@ def block_unit(cfg: ModelConfig, i: int, b: int, s: int, dt: int, spec: ShardSpe
     if cfg.position_embedding == "rope":
         steps.append(Compute(_elementwise(f"{p}.attn.rope", m * (hl + kvl), m * (hl + kvl),
                                           _ROPE_FLOPS, dt)))
-    lse = _FP32 * b * al * sl
-    core = Op(f"{p}.attn.core", "attention", 4.0 * b * sl * s * hl,
-              float(dt * m * (2 * hl + 2 * kvl) + lse), None, (),
-              float(dt * m * (hl + 2 * kvl) + lse))
     kv_block = float(dt * m * 2 * kvl)
-    if spec.cp > 1 and spec.cp_algorithm == "allgather":
-        steps += _comm(f"{p}.attn.kv_allgather", "cp", "all_gather", "reduce_scatter",
-                       kv_block * spec.cp, spec.cp)
-        steps.append(Compute(core))
-    elif spec.cp > 1:
-        steps.append(Ring(core, kv_block, spec.cp))
+    if spec.cp > 1:
+        # Context parallelism runs fused (flash) blocks whatever the model's kernel.
+        lse = _FP32 * b * al * sl
+        core = Op(f"{p}.attn.core", "attention", 4.0 * b * sl * s * hl,
+                  float(dt * m * (2 * hl + 2 * kvl) + lse), None, (),
+                  float(dt * m * (hl + 2 * kvl) + lse))
+        if spec.cp_algorithm == "allgather":
+            steps += _comm(f"{p}.attn.kv_allgather", "cp", "all_gather", "reduce_scatter",
+                           kv_block * spec.cp, spec.cp)
+            steps.append(Compute(core))
+        else:
+            steps.append(Ring(core, kv_block, spec.cp))
     else:
-        steps.append(Compute(core))
+        steps += [Compute(op) for op in attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt)]
     steps.append(Compute(_gemm(f"{p}.attn.proj", m, h, hl, dt, cfg.bias, dt * m * hl)))
     steps += _g(f"{p}.attn.g", spec, act)
     steps += [Compute(_elementwise(f"{p}.attn.residual", 2 * mn * h, mn * h, _ADD_FLOPS, dt)),

@@ -25,6 +25,7 @@ _FP32 = 4  # norm statistics, attention logsumexp and the loss softmax are kept 
 _IDS = 8  # token ids are int64, as in PyTorch
 # Nominal FLOPs per element of memory-bound ops (informative; time comes from bytes).
 _NORM_FLOPS, _ADD_FLOPS, _ACT_FLOPS, _ROPE_FLOPS, _LOSS_FLOPS = 5.0, 1.0, 8.0, 3.0, 5.0
+_SOFTMAX_FLOPS = 5.0  # scale, mask, max, exp, normalise per score
 
 _GPT3 = dict(family="gpt", vocab_size=50257, max_seq_len=2048, tied_embeddings=True)
 _MEGATRON_2020 = dict(family="gpt", vocab_size=51200, max_seq_len=1024, tied_embeddings=True)
@@ -112,7 +113,9 @@ class ModelConfig(BaseModel):
     # activations (1 byte per element, Korthikanti et al. 2022).
     dropout_masks: bool = True
     # "flash": fused attention, no s x s matrices are stored (FlashAttention); "standard":
-    # softmax and dropout of the s x s scores are materialised and saved for backward.
+    # the pre-2022 kernels: a batched GEMM for the scores, a fused scale-mask-softmax and
+    # (with dropout) a dropout over the s x s matrices, a batched GEMM for the context; the
+    # matrices are materialised, saved for backward and cost HBM traffic.
     attention_kernel: Literal["flash", "standard"] = "flash"
     # Mixture of experts (every layer's MLP): 0 = dense. Each token goes to
     # ``experts_per_token`` of ``num_experts`` experts of width ``moe_ffn_hidden_size``
@@ -262,6 +265,39 @@ def _elementwise(name: str, reads: int, writes: int, flops_per: float, dt: int,
               float(save))
 
 
+def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int, q: int,
+                  kv: int, dt: int) -> list[Op]:
+    """Core attention of ``heads`` heads: ``sq`` queries of ``b`` sequences over ``sk`` keys.
+
+    q and kv are the query and key/value widths (heads · head_dim). Flash: one fused
+    kernel of 4·b·sq·sk·q FLOPs reading q, k, v, writing o and the fp32 logsumexp.
+    Standard (Megatron 2020): scores = QKᵀ as one batched GEMM (b·heads·sq, sk, d), fused
+    scale-mask-softmax over the E = b·heads·sq·sk scores (read and write, output saved),
+    dropout (writes a 1-byte mask) when the model has dropout, context = PV as a batched
+    GEMM (b·heads·sq, d, sk): the same 4·b·sq·sk·q FLOPs, plus ~4·E·dt bytes of traffic.
+    """
+    m = b * sq
+    if cfg.attention_kernel == "flash":
+        lse = _FP32 * b * heads * sq
+        return [Op(f"{p}.attn.core", "attention", 4.0 * b * sq * sk * q,
+                   float(dt * m * (2 * q + 2 * kv) + lse), None, (),
+                   float(dt * m * (q + 2 * kv) + lse))]
+    d = q // heads
+    rows, e = b * heads * sq, b * heads * sq * sk
+    # Batched GEMMs read Q (K, V) per head: K and V are shared by q/kv query heads (GQA).
+    scores = Op(f"{p}.attn.scores", "gemm", 2.0 * rows * sk * d,
+                float(dt * (m * q + b * sk * kv + e)), (rows, sk, d), (), float(dt * m * (q + kv)))
+    ops = [scores, Op(f"{p}.attn.softmax", "softmax", _SOFTMAX_FLOPS * e, float(2 * dt * e),
+                      None, (), float(dt * e))]
+    if cfg.dropout_masks:  # reads and writes the scores, writes (and saves) a byte mask
+        ops.append(Op(f"{p}.attn.dropout", "elementwise", _ADD_FLOPS * e,
+                      float(2 * dt * e + e), None, (), float(e)))
+    ops.append(Op(f"{p}.attn.context", "gemm", 2.0 * rows * d * sk,
+                  float(dt * (e + b * sk * kv + m * q)), (rows, d, sk), (),
+                  float(dt * (e + b * sk * kv))))
+    return ops
+
+
 def _embedding(cfg: ModelConfig, b: int, s: int, dt: int) -> Layer:
     """Word lookup (gather of m rows) then, for learned positions, a position add."""
     h, m = cfg.hidden_size, b * s
@@ -291,10 +327,7 @@ def _block(cfg: ModelConfig, i: int, b: int, s: int, dt: int) -> Layer:
            _gemm(f"{p}.attn.qkv", m, cfg.qkv_width, h, dt, cfg.bias, dt * m * h)]
     if cfg.position_embedding == "rope":
         ops.append(_elementwise(f"{p}.attn.rope", m * (h + kv), m * (h + kv), _ROPE_FLOPS, dt))
-    lse = _FP32 * b * a * s
-    ops.append(Op(f"{p}.attn.core", "attention", 4.0 * b * s * s * h,
-                  float(dt * m * (2 * h + 2 * kv) + lse), None, (),
-                  float(dt * m * (h + 2 * kv) + lse)))
+    ops += attention_ops(cfg, p, b, a, s, s, h, kv, dt)
     ops += [_gemm(f"{p}.attn.proj", m, h, h, dt, cfg.bias, dt * m * h),
             _elementwise(f"{p}.attn.residual", 2 * m * h, m * h, _ADD_FLOPS, dt),
             _norm(f"{p}.post_attn_norm", cfg, m, dt)]

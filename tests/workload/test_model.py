@@ -226,3 +226,26 @@ def test_mixtral_parameter_count_and_moe_flops_by_hand() -> None:
     logit = 32000 / (2 * l_ * h)
     assert model_flops_per_step(cfg, s, s) / model_flops_per_step(dense, s, s) == \
         pytest.approx((attn + ratio_mlp + logit) / (attn + dense_mlp + logit))
+
+
+def test_standard_attention_kernels_by_hand() -> None:
+    # h = 64, 4 heads of d = 16, b = 2, s = 16: E = b·a·s·s = 2·4·16·16 = 2048 scores.
+    cfg = _small_gpt(attention_kernel="standard")
+    layer = lower_model(cfg, micro_batch_size=2, seq_len=16)[1]
+    ops = {op.name.rsplit(".", 1)[-1]: op for op in layer.ops}
+    assert "core" not in ops
+    # scores = QKᵀ: batched (b·a·s, s, d) = (128, 16, 16): 2·128·16·16 = 65,536 FLOPs.
+    assert ops["scores"].kind == "gemm" and ops["scores"].gemm_shape == (128, 16, 16)
+    assert ops["scores"].flops == 65_536
+    # reads Q (32·64) and K (2·16·64) and writes E scores, 2 bytes each: 2·(2048+2048+2048).
+    assert ops["scores"].bytes == 2 * (2048 + 2048 + 2048)
+    # softmax reads and writes E in fp16: 4·2048 bytes; dropout also writes a 1-byte mask.
+    assert ops["softmax"].bytes == 4 * 2048 and ops["dropout"].bytes == 5 * 2048
+    # context = PV: (128, 16, 16) the other way round, the same 65,536 FLOPs.
+    assert ops["context"].gemm_shape == (128, 16, 16) and ops["context"].flops == 65_536
+    # Same attention FLOPs as the fused kernel: 4·b·s·s·h = 4·2·16·16·64 = 131,072.
+    flash = {op.name: op for op in lower_model(_small_gpt(), 2, 16)[1].ops}
+    assert flash["layers.0.attn.core"].flops == ops["scores"].flops + ops["context"].flops
+    no_dropout = lower_model(_small_gpt(attention_kernel="standard", dropout_masks=False),
+                             2, 16)[1]
+    assert not any(op.name.endswith(".dropout") for op in no_dropout.ops)
