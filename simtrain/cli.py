@@ -364,7 +364,8 @@ def presets() -> None:
 
 
 def _register_extensions() -> None:
-    """Commands that live in their own modules: ``collective``, ``sweep`` and ``plan``."""
+    """Commands that live in their own modules: collective, sweep, plan, validate, calibrate."""
+    from simtrain.cli_calibrate import register as register_calibrate
     from simtrain.cli_collective import register as register_collective
     from simtrain.cli_plan import register as register_plan
     from simtrain.cli_sweep import register as register_sweep
@@ -374,6 +375,7 @@ def _register_extensions() -> None:
     register_sweep(app)
     register_plan(app)
     register_validate(app)
+    register_calibrate(app)
 
 
 _register_extensions()

@@ -177,15 +177,24 @@ def load_suite(suite: str, directory: Path | None = None) -> dict[str, Any]:
     return data
 
 
-def row_scenarios(suite: str, directory: Path | None = None
-                  ) -> list[tuple[dict[str, Any], Scenario]]:
-    """(row entry, validated scenario) for every row of a scenario suite."""
+def row_bodies(suite: str, directory: Path | None = None
+               ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(row entry, scenario as a plain dict: base deep-merged with the row's overlay)."""
     data = load_suite(suite, directory)
     out = []
     for entry in data["rows"]:
         body = _merge(data.get("base") or {}, entry.get("scenario") or {})
         body["name"] = f"{suite}/{entry['id']}"
         body.setdefault("description", f"validation row {entry['id']} of {suite}")
+        out.append((entry, body))
+    return out
+
+
+def row_scenarios(suite: str, directory: Path | None = None
+                  ) -> list[tuple[dict[str, Any], Scenario]]:
+    """(row entry, validated scenario) for every row of a scenario suite."""
+    out = []
+    for entry, body in row_bodies(suite, directory):
         try:
             scenario = load_scenario(body)
         except ScenarioError as exc:

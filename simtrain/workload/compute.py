@@ -36,6 +36,11 @@ GEMM_EFFICIENCY: dict[str, float] = {
 ATTENTION_EFFICIENCY: dict[str, float] = {
     "volta": 0.35, "ampere": 0.60, "hopper": 0.55, "blackwell": 0.50, "cdna3": 0.40,
 }
+# Fraction of HBM bandwidth streaming elementwise/norm kernels reach: STREAM-like copies
+# reach ~85-90% of datasheet bandwidth on A100/H100.
+MEMORY_EFFICIENCY: dict[str, float] = {
+    "volta": 0.85, "ampere": 0.85, "hopper": 0.85, "blackwell": 0.85, "cdna3": 0.80,
+}
 
 
 class GPULike(Protocol):
@@ -76,9 +81,8 @@ class ComputeConfig(BaseModel):
     # Training uses causal masks: a causal flash kernel skips the blocks above the diagonal
     # and executes about half the non-causal FLOPs that Op.flops counts (MFU convention).
     causal_attention: bool = True
-    # Fraction of HBM bandwidth streaming elementwise/norm kernels reach: STREAM-like copies
-    # reach ~85-90% of datasheet bandwidth on A100/H100.
-    memory_efficiency: float = 0.85
+    # Fraction of HBM bandwidth of memory-bound kernels (None: per-arch default).
+    memory_efficiency: float | None = None
     # Per-kernel launch cost: a few microseconds per launch (A. Gray, NVIDIA blog "Getting
     # Started with CUDA Graphs", 2019, measures ~3-4 us per short kernel without graphs).
     # We take the low end of 3-5 us since launches queue asynchronously ahead of execution;
@@ -107,6 +111,10 @@ class ComputeConfig(BaseModel):
     def max_gemm_efficiency(self, arch: str) -> float:
         """The configured GEMM efficiency, or the default for ``arch``."""
         return _by_arch(self.gemm_efficiency, GEMM_EFFICIENCY, arch, "gemm_efficiency")
+
+    def hbm_efficiency(self, arch: str) -> float:
+        """The configured memory efficiency, or the default for ``arch``."""
+        return _by_arch(self.memory_efficiency, MEMORY_EFFICIENCY, arch, "memory_efficiency")
 
     def max_attention_efficiency(self, arch: str) -> float:
         """The configured attention efficiency, or the default for ``arch``."""
@@ -166,5 +174,5 @@ def op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, dtype: str = "bf16") -> fl
         compute = 0.0
     else:
         raise ValueError(f"op {op.name!r} has unknown kind {op.kind!r}; use one of {OP_KINDS}")
-    memory = op.bytes / (gpu.hbm_bandwidth * cfg.memory_efficiency)
+    memory = op.bytes / (gpu.hbm_bandwidth * cfg.hbm_efficiency(gpu.arch))
     return max(compute, memory) + cfg.launch_overhead
