@@ -90,6 +90,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         recompute=par.recompute, granularity=scenario.sim.granularity,
         p2p_bytes=plan.p2p_bytes, imbalance=scenario.model.routing_imbalance,
         capacity_factor=scenario.model.capacity_factor,
+        tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
     )
     if fidelity(scenario, cluster) == "symmetric":
         options = replace(options, symmetric=True)

@@ -6,6 +6,13 @@ collectives into one task (durations and FLOPs add up, the collectives stay as t
 collectives per (group, op) after it (FSDP all-gathers before it). Coarse but cheap, for
 10k+ GPUs; its costs: alpha terms are paid once per aggregate instead of per collective,
 and ring attention becomes an exposed all-gather of the K,V blocks.
+
+A "tp_overlap" template (``parallelism.tp_comm_overlap``: a TP all-gather or
+reduce-scatter pipelined with its GEMM run, see ``lower.py``) is a barrier at "layer"
+granularity: kernels before and after it still fuse, not across it. At "stage"
+granularity it degrades to the non-overlapped behaviour: its GEMMs join the step's compute
+task and its collective the aggregated TP collective after it (exposed, as without the
+option).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from dataclasses import dataclass
 class Spec:
     """A rank-independent task template; compute time = base + expert x routing load."""
 
-    what: str  # "compute", "comm", "ring", "fsdp_ag", "fsdp_rs"
+    what: str  # "compute", "comm", "ring", "fsdp_ag", "fsdp_rs", "tp_overlap"
     name: str
     kind: str
     base: float = 0.0
@@ -30,6 +37,11 @@ class Spec:
     steps: int = 0
     layer: int = -1
     params: tuple[str, ...] = ()
+    # Forward parameters the kernel reads (ZeRO param all-gather waits; not grad-ready).
+    reads: tuple[str, ...] = ()
+    gemm: bool = False  # a GEMM kernel (TP comm overlap pipelines GEMM runs)
+    # "tp_overlap": the GEMM run (compute templates) pipelined with this collective.
+    parts: tuple[Spec, ...] = ()
 
 
 def fuse(specs: list[Spec], granularity: str, phase_kind: str) -> list[Spec]:
@@ -54,6 +66,12 @@ def fuse(specs: list[Spec], granularity: str, phase_kind: str) -> list[Spec]:
     for s in specs:
         if s.what == "compute":
             compute = _merge(compute, s, "")
+        elif s.what == "tp_overlap":  # degrade: GEMMs into compute, collective after it
+            for part in s.parts:
+                compute = _merge(compute, part, "")
+            _accumulate(post, ("comm", s.group, s.op), Spec("comm", s.name, s.kind,
+                                                             nbytes=s.nbytes, op=s.op,
+                                                             group=s.group))
         elif s.what == "ring":
             compute = _merge(compute, Spec("compute", "", s.kind, base=s.base * s.steps,
                                            flops=s.flops * s.steps), "")
@@ -77,7 +95,8 @@ def _merge(a: Spec, b: Spec, name: str) -> Spec:
     return Spec("compute", name or a.name, a.kind, base=a.base + b.base,
                 expert=a.expert + b.expert, flops=a.flops + b.flops,
                 expert_flops=a.expert_flops + b.expert_flops, layer=a.layer,
-                params=a.params + b.params)
+                params=a.params + b.params, reads=a.reads + b.reads,
+                gemm=a.gemm and b.gemm)
 
 
 def _accumulate(target: dict[tuple[str, str, str], Spec], key: tuple[str, str, str],

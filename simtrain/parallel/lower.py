@@ -23,6 +23,28 @@ Gradient reduction (DP composes with all of the above over the dp x cp group):
   before its backward (resharded after forward), prefetched one unit ahead, and a
   reduce-scatter of its gradients after its backward, every microbatch.
 
+Communication overlaps of Megatron-Core (scenario options, off by default):
+- ``tp_comm_overlap`` (``--tp-comm-overlap``, Transformer Engine userbuffers; needs SP):
+  each TP all-gather is pipelined with the GEMM run that consumes it, and each TP
+  reduce-scatter with the GEMM run that produces it, in n = tp chunks (ring exchange). The
+  chunked pipeline's makespan is c/n + (n-1)·max(c/n, g/n) + g/n (c: comm time, g: GEMM
+  time); it is modelled exactly by two pieces per side: all-gather -> AG_first (1/n of
+  the bytes), AG_rest ((n-1)/n, after AG_first), GEMM_main ((n-1)/n of the GEMM, after
+  AG_first), GEMM_last (1/n, after GEMM_main and AG_rest); reduce-scatter -> GEMM_first
+  (1/n), GEMM_rest ((n-1)/n), RS_main ((n-1)/n of the bytes, after GEMM_first), RS_last
+  (1/n, after RS_main and GEMM_rest). The GEMM run is the contiguous non-expert GEMM
+  kernels of one layer and kind next to the collective (e.g. backward dgrad + wgrad);
+  TP all-reduces (no SP) are not overlapped. Each piece pays the collective's launch
+  latency, so latency-bound (small) TP collectives may get slower, not faster. At "stage"
+  granularity the option degrades to no overlap (``fuse.py``).
+- ``overlap_param_gather`` (``--overlap-param-gather``, distributed optimizer, zero 1/2):
+  the updated parameters are all-gathered bucket by bucket (the reduce-scatter's buckets,
+  in the parameter dtype) at the start of the step on the "dp ag" stream, in forward order,
+  and the first microbatch's forward of each kernel waits for the buckets holding its
+  parameters (at "layer" granularity each fused task waits for all its kernels' buckets,
+  at "stage" the one forward task for every bucket of the chunk), instead of one exposed
+  all-gather after the optimizer.
+
 Granularity (``fuse.py``): one task per kernel, per run of kernels between collectives,
 or per pipeline step.
 """
@@ -38,7 +60,7 @@ import numpy as np
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.parallel.ddp import DP_STREAM, assign_buckets
 from simtrain.parallel.fuse import Spec, fuse
-from simtrain.parallel.plan import ParallelDims
+from simtrain.parallel.plan import PARAM_GATHER_NEEDS_ZERO, TP_OVERLAP_NEEDS_SP, ParallelDims
 from simtrain.parallel.schedule import Step as PipeStep
 from simtrain.parallel.shard import Comm, Compute, Unit, expert_load
 from simtrain.workload.model import Op, backward_ops
@@ -66,6 +88,16 @@ class LowerOptions:
     # Symmetric fidelity: emit only data-parallel replica 0; the other replicas mirror it
     # (virtual ranks), and their copies of its collectives load the network as weights.
     symmetric: bool = False
+    # Megatron-Core --tp-comm-overlap: TP all-gather/reduce-scatter pipelined with GEMMs.
+    tp_comm_overlap: bool = False
+    # Megatron --overlap-param-gather: ZeRO-1/2 parameter all-gathers during the forward.
+    overlap_param_gather: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:
+            raise ValueError(TP_OVERLAP_NEEDS_SP)
+        if self.overlap_param_gather and self.dims.zero not in (1, 2):
+            raise ValueError(PARAM_GATHER_NEEDS_ZERO.format(zero=self.dims.zero))
 
 
 @dataclass
@@ -75,6 +107,8 @@ class _State:
     frontier: dict[int, list[int]] = field(default_factory=dict)
     grad_ready: dict[tuple[int, str], int] = field(default_factory=dict)
     reductions: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    # (rank, param) -> the overlapped ZeRO parameter all-gather holding it
+    param_ag: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 class Lowering:
@@ -143,10 +177,12 @@ class Lowering:
     def _compute_spec(self, op: Op, kind: str, expert: bool, layer: int,
                       owns: bool = True) -> Spec:
         t = self.duration(op)
+        names = tuple(p.name for p in op.params)
         return Spec("compute", op.name, kind, base=0.0 if expert else t,
                     expert=t if expert else 0.0, flops=0.0 if expert else op.flops,
                     expert_flops=op.flops if expert else 0.0, layer=layer,
-                    params=tuple(p.name for p in op.params) if owns else ())
+                    params=names if owns else (), reads=names if kind == "forward" else (),
+                    gemm=op.kind == "gemm")
 
     def _forward_specs(self, unit: Unit, kind: str) -> list[Spec]:
         out = []
@@ -217,6 +253,8 @@ class Lowering:
                 out.append(Spec("fsdp_rs", f"fsdp rs {unit.name}", "dp_comm",
                                 nbytes=pbytes * self.o.grad_bytes_per_element,
                                 op="reduce_scatter"))
+        if self.o.tp_comm_overlap and self.dims.tp > 1 and self.dims.sp:
+            out = overlap_tp(out)
         out = fuse(out, self.o.granularity, "forward" if phase == "F" else "backward")
         self._specs[key] = out
         return out
@@ -283,6 +321,8 @@ class Lowering:
         last_mb = step.microbatch == self.o.micro_batches - 1
         meta = {"microbatch": step.microbatch, "chunk": step.chunk, "stage": step.stage}
         unit_starts: dict[int, list[list[int]]] = defaultdict(list)  # frontier per unit
+        # The first forward of a chunk waits for its overlapped parameter all-gathers.
+        gather = bool(st.param_ag) and step.phase == "F" and step.microbatch == 0
         for spec in self.specs(step.stage, step.chunk, step.phase):
             if spec.what == "compute":
                 for r in ranks:
@@ -290,8 +330,11 @@ class Lowering:
                     if spec.expert:
                         load = expert_load(self.dims.ep_index(r), spec.layer, self.dims.ep,
                                            self.o.imbalance, self.o.capacity_factor)
+                    deps = self._dep(r)
+                    if gather:
+                        deps = deps + self._param_waits(r, spec.reads)
                     tid = g.compute(r, spec.name, spec.base + spec.expert * load,
-                                    kind=spec.kind, deps=self._dep(r),
+                                    kind=spec.kind, deps=deps,
                                     flops=spec.flops + spec.expert_flops * load, meta=meta)
                     st.frontier[r] = [tid]
                     if last_mb and spec.params and step.phase == "B":
@@ -306,6 +349,9 @@ class Lowering:
                         st.frontier[r] = [ids[r]]
             elif spec.what == "ring":
                 self._emit_ring(step.stage, spec, meta)
+            elif spec.what == "tp_overlap":
+                self._emit_tp_overlap(step.stage, spec, meta, gather,
+                                      last_mb and step.phase == "B")
             elif spec.what == "fsdp_ag":
                 for r in ranks:
                     unit_starts[r].append(self._dep(r))
@@ -325,6 +371,67 @@ class Lowering:
                                      kind="dp_comm", stream=DP_STREAM, deps=deps, meta=meta)
                     for r in grp:
                         st.reductions[r].append(ids[r])
+
+    def _param_waits(self, rank: int, reads: Sequence[str]) -> list[int]:
+        """The overlapped parameter all-gathers ``rank`` must finish before reading ``reads``."""
+        pa = self.state.param_ag
+        return sorted({pa[(rank, p)] for p in reads if (rank, p) in pa})
+
+    def _emit_tp_overlap(self, stage: int, spec: Spec, meta: dict[str, int], gather: bool,
+                         grads: bool) -> None:
+        """A TP all-gather or reduce-scatter pipelined with its GEMM run in n = tp chunks,
+        as two pieces per side (module docstring): makespan c/n + (n-1)·max(c, g)/n + g/n."""
+        st, g = self.state, self.graph
+        n = self.dims.tp
+        base = sum(p.base for p in spec.parts)
+        flops = sum(p.flops for p in spec.parts)
+        params = tuple(q for p in spec.parts for q in p.params)
+        reads = tuple(q for p in spec.parts for q in p.reads)
+        kind = spec.parts[0].kind
+        gname = spec.parts[0].name
+        if len(spec.parts) > 1:
+            gname += "+" + "+".join(p.name.rsplit(".", 1)[-1] for p in spec.parts[1:])
+        m = {**meta, "tp_overlap_chunks": n}
+        big, small = (n - 1) / n, 1 / n
+
+        def gemm(r: int, piece: str, frac: float, deps: list[int]) -> int:
+            return g.compute(r, f"{gname} ({piece}/{n})", base * frac, kind=kind, deps=deps,
+                             flops=flops * frac, meta=m)
+
+        for grp in self.groups(stage, spec.group):
+            local = [r for r in grp if r in self._simulated]
+            deps = sorted({t for r in grp for t in self._dep(r)})
+            waits = {r: self._param_waits(r, reads) if gather else [] for r in local}
+            if spec.op == "all_gather":
+                first = self._coll(spec.op, grp, spec.nbytes * small, f"{spec.name} (1/{n})",
+                                   kind=spec.kind, stream=spec.group, deps=deps, meta=m)
+                fid = first[grp[0]]
+                rest = self._coll(spec.op, grp, spec.nbytes * big, f"{spec.name} (2-{n}/{n})",
+                                  kind=spec.kind, stream=spec.group, deps=[fid], meta=m)
+                for r in local:
+                    main = gemm(r, f"1-{n - 1}", big, [fid, *waits[r]])
+                    last = gemm(r, f"{n}", small, [main, rest[r]])
+                    st.frontier[r] = [last]
+                    if grads:
+                        for p in params:
+                            st.grad_ready[(r, p)] = last
+            else:  # reduce_scatter
+                firsts, rests = {}, {}
+                for r in local:
+                    firsts[r] = gemm(r, "1", small, [*self._dep(r), *waits[r]])
+                    rests[r] = gemm(r, f"2-{n}", big, [firsts[r]])
+                    if grads:
+                        for p in params:
+                            st.grad_ready[(r, p)] = rests[r]
+                rs_main = self._coll(spec.op, grp, spec.nbytes * big,
+                                     f"{spec.name} (1-{n - 1}/{n})", kind=spec.kind,
+                                     stream=spec.group, deps=sorted(firsts.values()), meta=m)
+                rs_last = self._coll(spec.op, grp, spec.nbytes * small,
+                                     f"{spec.name} ({n}/{n})", kind=spec.kind,
+                                     stream=spec.group,
+                                     deps=sorted({rs_main[grp[0]], *rests.values()}), meta=m)
+                for r in grp:
+                    st.frontier[r] = [rs_last[r]]
 
     def _emit_ring(self, stage: int, spec: Spec, meta: dict[str, int]) -> None:
         st, g = self.state, self.graph
@@ -382,6 +489,40 @@ class Lowering:
                     for r in grp:
                         self.state.reductions[r].append(ids[r])
 
+    def gather_params(self, stage: int) -> None:
+        """``overlap_param_gather``: at the start of the step, all-gather the (previous
+        step's) updated parameters of every chunk of ``stage``, one all-gather per gradient
+        bucket (the reduce-scatter's buckets, bytes in the parameter dtype), in forward order
+        on the "dp ag" stream; ``emit_step`` makes each kernel of the first forward wait."""
+        o = self.o
+        for chunk, units in enumerate(self.units[stage]):
+            params = [p for u in units for p in u.params]
+            pos = {p.name: i for i, p in enumerate(params)}
+            todo = []
+            for kind in ("grad", "expert_grad"):
+                plist = [p for p in params if (".experts." in p.name) == (kind != "grad")]
+                if not plist:
+                    continue
+                for b in assign_buckets(plist, o.grad_bytes_per_element, o.first_bucket_bytes,
+                                        o.bucket_cap_bytes):
+                    # Forward order: by the first-registered parameter of the bucket.
+                    todo.append((pos[b.params[-1].name], kind, b))
+            for _, kind, b in sorted(todo, key=lambda x: x[0]):
+                name = f"zero param ag {b.index}"
+                if kind == "expert_grad":
+                    name = "expert " + name
+                nbytes = sum(p.numel for p in b.params) * o.dtype_bytes
+                for grp in self.groups(stage, kind):
+                    if len(grp) == 1:
+                        continue
+                    ids = self._coll(
+                        "all_gather", grp, nbytes, name, kind="dp_comm", stream=FSDP_AG_STREAM,
+                        deps=[], meta={"bucket": b.index, "params": len(b.params),
+                                       "chunk": chunk})
+                    for r in grp:
+                        for p in b.params:
+                            self.state.param_ag[(r, p.name)] = ids[r]
+
     def optimizer(self, stage: int) -> None:
         """Optimizer step on each rank of ``stage`` (after its reductions), then the ZeRO-1/2
         all-gather of the updated parameters."""
@@ -396,7 +537,7 @@ class Lowering:
             self.state.frontier[r] = [g.compute(r, op.name, self.duration(op),
                                                 kind="optimizer", flops=op.flops,
                                                 nbytes=op.bytes, deps=deps)]
-        if d.zero in (1, 2) and shard > 1:
+        if d.zero in (1, 2) and shard > 1 and not o.overlap_param_gather:
             for grp in self.groups(stage, "grad"):
                 deps = sorted({t for r in grp for t in self._dep(r)})
                 self._coll("all_gather", grp, numel * o.dtype_bytes, "zero param all-gather",
@@ -410,6 +551,9 @@ class Lowering:
         pos = [0] * p
         inbox: dict[tuple[int, int, int, str], dict[int, int]] = {}
         last_chunk_virtual = (p - 1, v - 1)
+        if self.o.overlap_param_gather and self.dims.zero in (1, 2):
+            for s in range(p):
+                self.gather_params(s)
         while any(pos[s] < len(self.schedule[s]) for s in range(p)):
             progressed = False
             for s in range(p):
@@ -454,3 +598,48 @@ class Lowering:
                 kind="pp_comm", stream=stream, deps=self._dep(src),
                 meta={"microbatch": step.microbatch, "chunk": c})
         inbox[(dst_s, dst_c, step.microbatch, step.phase)] = out
+
+
+def overlap_tp(specs: list[Spec]) -> list[Spec]:
+    """``tp_comm_overlap``: turn each TP all-gather and the GEMM run after it, and each TP
+    reduce-scatter and the GEMM run before it, into one "tp_overlap" template.
+
+    A GEMM run is the contiguous non-expert GEMM kernels of one layer and kind (forward,
+    backward, recompute) next to the collective. A collective without such a run, and TP
+    all-reduces, are left as they are.
+    """
+
+    def joins(s: Spec, ref: Spec) -> bool:
+        return (s.what == "compute" and s.gemm and not s.expert and s.kind == ref.kind
+                and s.layer == ref.layer)
+
+    out: list[Spec] = []
+    i = 0
+    while i < len(specs):
+        s = specs[i]
+        if s.what == "comm" and s.group == "tp" and s.op == "all_gather":
+            j = i + 1
+            while j < len(specs) and joins(specs[j], specs[i + 1]):
+                j += 1
+            if j > i + 1:
+                out.append(_overlapped(s, specs[i + 1:j]))
+                i = j
+                continue
+        elif s.what == "comm" and s.group == "tp" and s.op == "reduce_scatter" and out:
+            k = len(out)
+            while k > 0 and joins(out[k - 1], out[-1]):
+                k -= 1
+            if k < len(out):
+                run = out[k:]
+                del out[k:]
+                out.append(_overlapped(s, run))
+                i += 1
+                continue
+        out.append(s)
+        i += 1
+    return out
+
+
+def _overlapped(comm: Spec, run: list[Spec]) -> Spec:
+    return Spec("tp_overlap", comm.name, comm.kind, nbytes=comm.nbytes, op=comm.op,
+                group=comm.group, layer=run[0].layer, parts=tuple(run))

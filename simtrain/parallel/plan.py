@@ -27,6 +27,12 @@ DEFAULT_FIRST_BUCKET_BYTES = 1 * 2**20
 
 DIMS = ("tp", "cp", "pp", "dp")
 Schedule = Literal["gpipe", "1f1b", "interleaved"]
+TP_OVERLAP_NEEDS_SP = ("tp_comm_overlap needs sequence parallelism (parallelism.sp: true): "
+                       "Transformer Engine overlaps only the SP all-gathers and "
+                       "reduce-scatters; set parallelism.sp: true or tp_comm_overlap: false")
+PARAM_GATHER_NEEDS_ZERO = ("parallelism.ddp.overlap_param_gather needs the distributed "
+                           "optimizer (parallelism.zero: 1 or 2), got zero={zero}; set zero "
+                           "to 1 or 2 or overlap_param_gather: false")
 
 
 class DDPConfig(BaseModel):
@@ -44,6 +50,13 @@ class DDPConfig(BaseModel):
     # Gradients are all-reduced in the parameters' dtype: fp32 for AMP training with fp32
     # master parameters (PyTorch DDP + autocast), bf16 when the model itself is bf16.
     grad_dtype: str = Field("fp32", pattern="^(fp32|bf16|fp16)$")
+    # Megatron --overlap-param-gather (distributed optimizer, zero 1 or 2): the updated
+    # parameters are all-gathered bucket by bucket (the gradient buckets, in the parameter
+    # dtype) during the next forward instead of after the optimizer; each layer's first
+    # forward waits for the buckets holding its parameters.
+    overlap_param_gather: bool = Field(
+        False, description="all-gather updated ZeRO-1/2 parameters per bucket during the "
+        "first forward instead of after the optimizer (needs zero 1 or 2)")
 
     @property
     def bucket_cap_bytes(self) -> float:
@@ -62,6 +75,9 @@ class ParallelismConfig(BaseModel):
     ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e. FSDP
     full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
     2022) or full (whole layers). ``cp_algorithm``: ring attention or all-gather of KV.
+    ``tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine
+    userbuffers; needs ``sp``) pipelines each TP all-gather / reduce-scatter with the GEMM
+    consuming / producing it in tp chunks.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -79,6 +95,9 @@ class ParallelismConfig(BaseModel):
     pp_layers: list[int] | None = None
     recompute: Literal["none", "selective", "full"] = "none"
     cp_algorithm: Literal["ring", "allgather"] = "ring"
+    tp_comm_overlap: bool = Field(
+        False, description="pipeline TP all-gathers/reduce-scatters with their GEMMs in tp "
+        "chunks (Transformer Engine userbuffers; needs sp)")
     ddp: DDPConfig = Field(default_factory=DDPConfig)
 
     def dims(self, world_size: int) -> ParallelDims:
@@ -230,10 +249,16 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
 
     Each message names the numbers involved and a fix. Empty when the plan is possible.
     """
+    options: list[tuple[str, str]] = []
+    if par.tp_comm_overlap and par.tp > 1 and not par.sp:
+        options.append(("parallelism.tp_comm_overlap", TP_OVERLAP_NEEDS_SP))
+    if par.ddp.overlap_param_gather and par.zero not in (1, 2):
+        options.append(("parallelism.ddp.overlap_param_gather",
+                        PARAM_GATHER_NEEDS_ZERO.format(zero=par.zero)))
     inner = par.tp * par.cp * par.pp
     if inner == 1 and par.dp is not None:  # plain data parallelism: the original checks
-        return check_plan(par.dp, num_gpus, global_batch, micro_batch)
-    problems: list[tuple[str, str]] = []
+        return options + check_plan(par.dp, num_gpus, global_batch, micro_batch)
+    problems: list[tuple[str, str]] = options
     if par.dp is None and num_gpus % inner:
         return [("parallelism", f"tp x cp x pp = {par.tp} x {par.cp} x {par.pp} = {inner} "
                  f"does not divide the cluster's {num_gpus} GPUs; pick degrees whose product "
