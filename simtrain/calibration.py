@@ -45,6 +45,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "attention_efficiency": (0.1, 1.0),
     "memory_efficiency": (0.2, 1.0),
     "comm_interference": (0.0, 0.6),
+    "step_overhead": (0.0, 2.0),  # seconds of host time per step
 }
 DEFAULT_PARAMS = ("gemm_efficiency", "memory_efficiency")
 
@@ -138,6 +139,7 @@ def current_params(arch: str, names: Sequence[str]) -> dict[str, float]:
         "attention_efficiency": lambda: cfg.max_attention_efficiency(arch),
         "memory_efficiency": lambda: cfg.hbm_efficiency(arch),
         "comm_interference": lambda: cfg.comm_interference,
+        "step_overhead": lambda: cfg.host_overhead(arch),
     }
     return {n: float(getters[n]()) for n in names}
 

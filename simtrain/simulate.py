@@ -92,6 +92,8 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         capacity_factor=scenario.model.capacity_factor,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
     )
+    options = replace(options, step_overhead=scenario.compute.host_overhead(
+        cluster.gpu_spec.arch))
     if fidelity(scenario, cluster) == "symmetric":
         options = replace(options, symmetric=True)
     graph = TaskGraph(num_ranks=cluster.num_gpus)

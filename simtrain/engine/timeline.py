@@ -10,6 +10,9 @@ from typing import Any
 # Span kinds, used for colours and breakdowns. Compute kinds run on a compute stream,
 # communication kinds on a communication stream.
 COMPUTE_KINDS = ("forward", "backward", "recompute", "optimizer", "compute")
+# Host-side time the GPUs wait for (framework overhead per step): busy, neither compute
+# nor communication.
+HOST_KINDS = ("host",)
 COMM_KINDS = ("dp_comm", "tp_comm", "cp_comm", "pp_comm", "ep_comm", "comm")
 
 

@@ -66,6 +66,15 @@ from simtrain.parallel.shard import Comm, Compute, Unit, expert_load
 from simtrain.workload.model import Op, backward_ops
 
 FSDP_AG_STREAM = "dp ag"
+# Kernels of core attention (fused, or the standard kernels' pieces): what selective
+# recompute recomputes (Korthikanti et al. 2022).
+_CORE_ATTENTION = (".attn.core", ".attn.scores", ".attn.softmax", ".attn.dropout",
+                   ".attn.context")
+
+
+def is_core_attention(op: Op) -> bool:
+    """Whether ``op`` belongs to core attention (recomputed under selective recompute)."""
+    return op.kind == "attention" or op.name.endswith(_CORE_ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,8 @@ class LowerOptions:
     tp_comm_overlap: bool = False
     # Megatron --overlap-param-gather: ZeRO-1/2 parameter all-gathers during the forward.
     overlap_param_gather: bool = False
+    # Host time per step the GPU waits for (compute.step_overhead), after the optimizer.
+    step_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:
@@ -211,7 +222,7 @@ class Lowering:
             out += self._forward_specs(unit, "recompute")
         for step in reversed(unit.steps):
             if isinstance(step, Compute):
-                if self.o.recompute == "selective" and step.op.kind == "attention":
+                if self.o.recompute == "selective" and is_core_attention(step.op):
                     out.append(self._compute_spec(step.op, "recompute", False, unit.layer,
                                                   False))
                 for bop in backward_ops(step.op):
@@ -537,6 +548,9 @@ class Lowering:
             self.state.frontier[r] = [g.compute(r, op.name, self.duration(op),
                                                 kind="optimizer", flops=op.flops,
                                                 nbytes=op.bytes, deps=deps)]
+            if o.step_overhead > 0:
+                self.state.frontier[r] = [g.compute(r, "host overhead", o.step_overhead,
+                                                    kind="host", deps=self._dep(r))]
         if d.zero in (1, 2) and shard > 1 and not o.overlap_param_gather:
             for grp in self.groups(stage, "grad"):
                 deps = sorted({t for r in grp for t in self._dep(r)})

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Span, Timeline
+from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, HOST_KINDS, Span, Timeline
 from simtrain.report.rows import (
     GPUS_PER_NODE,
     ServerOf,
@@ -56,9 +56,10 @@ KIND_COLORS: dict[str, str] = {
     "pp_comm": "#e7298a",
     "ep_comm": "#6a3d9a",
     "comm": "#fdae6b",
+    "host": "#969696",
 }
 FALLBACK_COLOR = "#999999"
-KIND_ORDER: tuple[str, ...] = COMPUTE_KINDS + COMM_KINDS
+KIND_ORDER: tuple[str, ...] = COMPUTE_KINDS + HOST_KINDS + COMM_KINDS
 DEFAULT_MAX_ROWS = 64
 # Above this many drawn spans, tiny same-kind neighbours merge into one bar (1/BINS of the
 # step at most), so a big timeline stays a few thousand SVG bars.

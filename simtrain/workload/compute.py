@@ -25,8 +25,10 @@ from simtrain.workload.model import OP_KINDS, Op
 # SXM similar (~0.75-0.8: 989 TFLOP/s assumes boost clock, the card power-throttles under
 # sustained GEMMs). Blackwell and MI300X (hipBLASLt) have fewer public measurements and
 # typically land lower relative to their datasheet peaks; calibrate before trusting.
+# Hopper: fitted by ``simtrain calibrate`` to the Megatron-Core 2024 H100 rows (see
+# docs/validation.md, "Calibration"); the others are the literature values above.
 GEMM_EFFICIENCY: dict[str, float] = {
-    "volta": 0.80, "ampere": 0.80, "hopper": 0.80, "blackwell": 0.75, "cdna3": 0.60,
+    "volta": 0.80, "ampere": 0.80, "hopper": 0.858, "blackwell": 0.75, "cdna3": 0.60,
 }
 # Fraction of dense peak a fused attention kernel reaches on its (executed) FLOPs.
 # FlashAttention-2 forward reaches 50-73% of peak on A100 (Dao 2023, "FlashAttention-2",
@@ -37,9 +39,19 @@ ATTENTION_EFFICIENCY: dict[str, float] = {
     "volta": 0.35, "ampere": 0.60, "hopper": 0.55, "blackwell": 0.50, "cdna3": 0.40,
 }
 # Fraction of HBM bandwidth streaming elementwise/norm kernels reach: STREAM-like copies
-# reach ~85-90% of datasheet bandwidth on A100/H100.
+# reach ~85-90% of datasheet bandwidth on A100/H100. Hopper's 0.337 is fitted (simtrain
+# calibrate, Megatron-Core 2024 rows): an *effective* value that also carries the
+# elementwise kernels the op list does not hold (casts, bias adds, dropout, copies), which
+# weigh most in small models; it is not a STREAM measurement.
 MEMORY_EFFICIENCY: dict[str, float] = {
-    "volta": 0.85, "ampere": 0.85, "hopper": 0.85, "blackwell": 0.85, "cdna3": 0.80,
+    "volta": 0.85, "ampere": 0.85, "hopper": 0.337, "blackwell": 0.85, "cdna3": 0.80,
+}
+
+# Host time per training step the GPUs wait for and the task graph does not hold: data
+# loading, logging, loss and gradient-norm reductions, Python between phases. 0 unless
+# fitted against measured runs (simtrain calibrate).
+STEP_OVERHEAD: dict[str, float] = {
+    "volta": 0.0, "ampere": 0.0, "hopper": 0.096, "blackwell": 0.0, "cdna3": 0.0,
 }
 
 
@@ -93,6 +105,9 @@ class ComputeConfig(BaseModel):
     # data has no direct measurement of it.
     comm_interference: float = Field(0.0, ge=0.0, le=1.0)
 
+    # Host overhead per step in seconds (None: per-arch default, STEP_OVERHEAD).
+    step_overhead: Seconds | None = Field(None, ge=0.0)
+
     @field_validator("gemm_efficiency", "attention_efficiency", "memory_efficiency")
     @classmethod
     def _fraction(cls, value: float | None) -> float | None:
@@ -115,6 +130,10 @@ class ComputeConfig(BaseModel):
     def hbm_efficiency(self, arch: str) -> float:
         """The configured memory efficiency, or the default for ``arch``."""
         return _by_arch(self.memory_efficiency, MEMORY_EFFICIENCY, arch, "memory_efficiency")
+
+    def host_overhead(self, arch: str) -> float:
+        """The configured host overhead per step, or the default for ``arch``."""
+        return _by_arch(self.step_overhead, STEP_OVERHEAD, arch, "step_overhead")
 
     def max_attention_efficiency(self, arch: str) -> float:
         """The configured attention efficiency, or the default for ``arch``."""

@@ -227,3 +227,33 @@ def test_both_overlaps_compose_with_other_plans(par, granularity):
     # No step-time ordering here: these TP collectives (b·s·h = 128 KiB) are latency-bound
     # (~7 us launch, ~0.4 us transfer), and each of the two pieces pays the launch latency,
     # so overlap can lose, as chunked userbuffers exchanges do on small messages.
+
+
+def test_selective_recompute_recomputes_standard_attention_kernels() -> None:
+    # Standard attention is four kernels (scores, softmax, dropout, context); selective
+    # recompute re-runs all four before backward, as it re-runs the one fused kernel.
+    from simtrain.simulate import simulate
+
+    body = {"cluster": {"preset": "dgx-a100", "nodes": 1},
+            "model": {"preset": "tiny-gpt", "attention_kernel": "standard"},
+            "training": {"global_batch_size": 8, "micro_batch_size": 1, "seq_len": 128},
+            "parallelism": {"recompute": "selective", "dp": 8}}
+    spans = simulate(body).timeline.spans
+    recomputed = {s.name.rsplit(".", 1)[-1] for s in spans if s.kind == "recompute"}
+    assert recomputed == {"scores", "softmax", "dropout", "context"}
+
+
+def test_step_overhead_is_host_time_after_the_optimizer() -> None:
+    # A 50 ms host overhead per step sits after the optimizer on every rank: the step
+    # grows by exactly 50 ms and the span is kind "host" (busy, neither compute nor comm).
+    from simtrain.simulate import simulate
+
+    body = {"cluster": {"preset": "dgx-a100", "nodes": 1}, "model": {"preset": "tiny-gpt"},
+            "training": {"global_batch_size": 8, "micro_batch_size": 1, "seq_len": 128},
+            "parallelism": {"dp": 8}}
+    base = simulate(body)
+    slow = simulate({**body, "compute": {"step_overhead": 0.05}})
+    assert slow.summary["step_time_s"] - base.summary["step_time_s"] == pytest.approx(0.05)
+    host = [s for s in slow.timeline.spans if s.kind == "host"]
+    assert host and all(s.end == pytest.approx(slow.timeline.end) for s in host)
+    assert slow.summary["bubble_s"] == pytest.approx(base.summary["bubble_s"], abs=1e-9)
