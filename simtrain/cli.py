@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simtrain.cli_errors import fail as _fail
 from simtrain.engine.sim import SimulationDeadlock
 from simtrain.errors import ScenarioError
 from simtrain.units import fmt_bytes, fmt_seconds
@@ -41,11 +42,6 @@ app = typer.Typer(
     ),
 )
 err = Console(stderr=True)
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _summary_table(summary: dict[str, Any]) -> Table:

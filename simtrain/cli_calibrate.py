@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from simtrain.cli_errors import fail
 from simtrain.errors import ScenarioError
 
 EPILOG = (
@@ -50,9 +51,6 @@ def calibrate(
 
     err = Console(stderr=True)
 
-    def fail(message: str) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-        return typer.Exit(2)
 
     names = list(dict.fromkeys(param or DEFAULT_PARAMS))
     unknown = [n for n in names if n not in BOUNDS]

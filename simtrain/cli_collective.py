@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from simtrain.cli_errors import fail
 from simtrain.comm.algorithms import ALGORITHMS
 from simtrain.units import parse_bytes
 
@@ -43,12 +44,6 @@ def collective(
     from simtrain.comm.sweep import run_sweep, sizes
     from simtrain.hardware.topology import ClusterConfig, build_cluster
     from simtrain.scenario import load_scenario
-
-    err = Console(stderr=True)
-
-    def fail(message: str) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-        return typer.Exit(2)
 
     try:
         if op not in ALGORITHMS:

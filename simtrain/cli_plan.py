@@ -20,6 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from simtrain.cli_errors import fail
 from simtrain.errors import ScenarioError
 
 EPILOG = (
@@ -71,9 +72,6 @@ def plan(
 
     err = Console(stderr=True)
 
-    def fail(message: str, code: int) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-        return typer.Exit(code)
 
     try:
         data = _merge(plan_file, model=model, cluster=cluster, nodes=nodes, tokens=tokens,

@@ -19,6 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from simtrain.cli_errors import fail
 from simtrain.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -62,9 +63,6 @@ def sweep(
 
     err = Console(stderr=True)
 
-    def fail(message: str, code: int) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-        return typer.Exit(code)
 
     try:
         spec = load_sweep(sweep_file)

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from simtrain.cli_errors import fail
 from simtrain.errors import ScenarioError
 
 EPILOG = (
@@ -39,9 +40,6 @@ def validate(
 
     err = Console(stderr=True)
 
-    def fail(message: str) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-        return typer.Exit(2)
 
     chosen = list(dict.fromkeys(suite or SUITES))
     unknown = [s for s in chosen if s not in SUITES]
