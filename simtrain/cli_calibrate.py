@@ -51,7 +51,6 @@ def calibrate(
 
     err = Console(stderr=True)
 
-
     names = list(dict.fromkeys(param or DEFAULT_PARAMS))
     unknown = [n for n in names if n not in BOUNDS]
     if unknown:

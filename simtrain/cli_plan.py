@@ -72,7 +72,6 @@ def plan(
 
     err = Console(stderr=True)
 
-
     try:
         data = _merge(plan_file, model=model, cluster=cluster, nodes=nodes, tokens=tokens,
                       seq_len=seq_len, global_batch=global_batch,

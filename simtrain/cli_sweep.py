@@ -63,7 +63,6 @@ def sweep(
 
     err = Console(stderr=True)
 
-
     try:
         spec = load_sweep(sweep_file)
         if batch is not None and batch < 1:

@@ -40,7 +40,6 @@ def validate(
 
     err = Console(stderr=True)
 
-
     chosen = list(dict.fromkeys(suite or SUITES))
     unknown = [s for s in chosen if s not in SUITES]
     if unknown:
