@@ -43,15 +43,23 @@ class Link:
 
 
 class GraphBuilder:
-    """Accumulates nodes and directed links; link ids are assigned in insertion order."""
+    """Accumulates nodes and directed links; link ids are assigned in insertion order.
+
+    The networkx graph is made on first use of ``graph`` (custom routing, topology
+    reports): preset clusters route by formula and only need ``links`` and ``edge_ids``,
+    so a 16k-GPU cluster skips building a quarter-million-edge graph it never reads.
+    """
 
     def __init__(self) -> None:
-        self.graph: nx.DiGraph = nx.DiGraph()
         self.links: list[Link] = []
+        self.edge_ids: dict[tuple[str, str], int] = {}
+        self._nodes: list[tuple[str, dict[str, Any]]] = []
+        self._graph: nx.DiGraph | None = None
 
     def node(self, name: str, kind: str, **attrs: Any) -> None:
         """Add a node of ``kind`` (one of NODE_KINDS) with extra attributes."""
-        self.graph.add_node(name, kind=kind, **attrs)
+        self._nodes.append((name, {"kind": kind, **attrs}))
+        self._graph = None
 
     def link(
         self,
@@ -66,9 +74,22 @@ class GraphBuilder:
         for src, dst in ((a, b), (b, a)) if bidirectional else ((a, b),):
             link_id = len(self.links)
             self.links.append(Link(link_id, src, dst, kind, bandwidth, latency))
-            self.graph.add_edge(
-                src, dst, kind=kind, bandwidth=bandwidth, latency=latency, id=link_id
-            )
+            self.edge_ids[(src, dst)] = link_id
+        self._graph = None
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The topology as a networkx DiGraph (node kind/attrs; edge kind, bandwidth,
+        latency and link id), built on first use."""
+        if self._graph is None:
+            graph = nx.DiGraph()
+            graph.add_nodes_from(self._nodes)
+            graph.add_edges_from(
+                (lk.src, lk.dst, {"kind": lk.kind, "bandwidth": lk.bandwidth,
+                                  "latency": lk.latency, "id": lk.id})
+                for lk in self.links)
+            self._graph = graph
+        return self._graph
 
 
 @dataclass(frozen=True)

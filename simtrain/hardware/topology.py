@@ -18,7 +18,7 @@ Default latencies (per link; a route's latency is the sum over its links):
 from __future__ import annotations
 
 import operator
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any, Literal
@@ -26,7 +26,13 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from simtrain.hardware.fabric import NODE_KINDS, FabricLayout, Link, build_custom_graph
+from simtrain.hardware.fabric import (
+    NODE_KINDS,
+    FabricLayout,
+    GraphBuilder,
+    Link,
+    build_custom_graph,
+)
 from simtrain.hardware.gpus import GPUSpec, get_gpu
 from simtrain.units import Bandwidth, Seconds
 
@@ -293,16 +299,16 @@ class Cluster:
         *,
         config: ClusterConfig,
         gpu_spec: GPUSpec,
-        graph: nx.DiGraph,
-        links: list[Link],
+        builder: GraphBuilder,
         gpus: list[str],
         servers: list[int],
         path_fn: Callable[[int, int], list[str]],
     ) -> None:
         self.config = config
         self.gpu_spec = gpu_spec
-        self.graph = graph
-        self.links = links
+        self._builder = builder
+        self.links: list[Link] = builder.links
+        self._edge_ids = builder.edge_ids
         self.gpus = gpus
         self.num_gpus = len(gpus)
         self._servers = servers
@@ -314,6 +320,11 @@ class Cluster:
         # Preset-built clusters wire every server alike, so a group's idle-network cost
         # depends only on its shape (rank offsets and position inside a server).
         self.uniform = config.custom is None
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The topology graph (networkx), built on first use."""
+        return self._builder.graph
 
     def _check_rank(self, rank: int) -> int:
         try:
@@ -346,9 +357,9 @@ class Cluster:
         if src_rank == dst_rank:
             route: tuple[int, ...] = ()
         else:
-            succ = self.graph.succ
+            ids = self._edge_ids
             nodes = self._path_fn(src_rank, dst_rank)
-            route = tuple(succ[u][v]["id"] for u, v in pairwise(nodes))
+            route = tuple(ids[(u, v)] for u, v in pairwise(nodes))
         self._routes[key] = route
         return route
 
@@ -380,8 +391,29 @@ class Cluster:
         return list(rows.values())
 
 
+_BUILT: OrderedDict[str, Cluster] = OrderedDict()
+_BUILT_MAX = 4
+
+
 def build_cluster(cfg: ClusterConfig) -> Cluster:
-    """Build the topology graph and routing for ``cfg`` (preset shape or custom graph)."""
+    """Build the topology graph and routing for ``cfg`` (preset shape or custom graph).
+
+    Clusters are immutable once built (only their route cache grows), so the last few are
+    kept by configuration: validating a scenario and simulating it build one graph, not
+    two — at 16k GPUs the graph is the largest setup cost.
+    """
+    key = cfg.model_dump_json()
+    if key in _BUILT:
+        _BUILT.move_to_end(key)
+        return _BUILT[key]
+    cluster = _build_cluster(cfg)
+    _BUILT[key] = cluster
+    while len(_BUILT) > _BUILT_MAX:
+        _BUILT.popitem(last=False)
+    return cluster
+
+
+def _build_cluster(cfg: ClusterConfig) -> Cluster:
     if cfg.custom is not None:
         custom = cfg.custom
         builder = build_custom_graph(custom)
@@ -393,13 +425,13 @@ def build_cluster(cfg: ClusterConfig) -> Cluster:
             return path
 
         servers = [graph.nodes[name]["server"] for name in gpus]
-        return Cluster(config=cfg, gpu_spec=cfg.gpu_spec, graph=graph, links=builder.links,
-                       gpus=gpus, servers=servers, path_fn=custom_path)
+        return Cluster(config=cfg, gpu_spec=cfg.gpu_spec, builder=builder, gpus=gpus,
+                       servers=servers, path_fn=custom_path)
     layout = cfg.layout()
     builder = layout.build()
     gpn = cfg.gpus_per_node
     return Cluster(
-        config=cfg, gpu_spec=cfg.gpu_spec, graph=builder.graph, links=builder.links,
+        config=cfg, gpu_spec=cfg.gpu_spec, builder=builder,
         gpus=[layout.gpu(s, g) for s in range(cfg.nodes) for g in range(gpn)],
         servers=[s for s in range(cfg.nodes) for _ in range(gpn)],
         path_fn=layout.path,

@@ -138,15 +138,17 @@ class Lowering:
         self._specs: dict[tuple[int, int, str], list[Spec]] = {}
         self.state = _State()
         d = self.dims
-        self.stage_ranks = [d.stage_ranks(s) for s in range(d.pp)]
-        self._simulated: set[int] = set(range(d.world_size))
+        self._simulated: set[int]
         if options.symmetric:
             # Data-parallel replicas are identical, and so are the ranks of a tensor-
             # parallel group (Megatron splits evenly): simulate tp = dp = 0 of each stage.
-            self.stage_ranks = [[r for r in ranks if d.coords(r)["dp"] == 0
-                                 and d.coords(r)["tp"] == 0] for ranks in self.stage_ranks]
+            self.stage_ranks = [[d.rank(pp=s, cp=c) for c in range(d.cp)]
+                                for s in range(d.pp)]
             self._simulated = {r for ranks in self.stage_ranks for r in ranks}
             graph.virtual = set(range(d.world_size)) - self._simulated
+        else:
+            self.stage_ranks = [d.stage_ranks(s) for s in range(d.pp)]
+            self._simulated = set(range(d.world_size))
         self._groups: dict[tuple[int, str], list[tuple[int, ...]]] = {}
         self._group_of: dict[tuple[int, str], tuple[int, ...]] = {}
         self._copies: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
@@ -287,8 +289,18 @@ class Lowering:
             dp_i = np.array([c["dp"] for c in coords])
             tp_i = np.array([c["tp"] for c in coords])
             base = np.array(group) - dp_i * d.stride("dp") - tp_i * d.stride("tp")
-            # Every (dp, tp) shift at once: images[shift, member].
-            dp_s, tp_s = np.meshgrid(np.arange(d.dp), np.arange(d.tp), indexing="ij")
+            # A group closed under a unit shift along an axis (a DP group along dp, a TP
+            # group along tp) maps onto itself under every shift along it: only the other
+            # axis makes new images, so a 512-way DP group has tp images, not dp x tp.
+            members = set(group)
+            dp_range = [0] if members == set((base + (dp_i + 1) % d.dp * d.stride("dp")
+                                              + tp_i * d.stride("tp")).tolist()) \
+                else range(d.dp)
+            tp_range = [0] if members == set((base + dp_i * d.stride("dp")
+                                              + (tp_i + 1) % d.tp * d.stride("tp")).tolist()) \
+                else range(d.tp)
+            # Every remaining (dp, tp) shift at once: images[shift, member].
+            dp_s, tp_s = np.meshgrid(np.asarray(dp_range), np.asarray(tp_range), indexing="ij")
             dp_new = (dp_i[None, :] + dp_s.reshape(-1, 1)) % d.dp
             tp_new = (tp_i[None, :] + tp_s.reshape(-1, 1)) % d.tp
             images = base[None, :] + dp_new * d.stride("dp") + tp_new * d.stride("tp")
@@ -297,13 +309,25 @@ class Lowering:
             # Real groups partition the ranks: keep images disjoint from the group and from
             # each other (a shift that cuts across blocks, e.g. an expert-parallel block
             # moved by one replica, is not a group that exists).
-            taken = set(group)
-            found = []
-            for row in images[free]:
-                image = tuple(int(r) for r in row)
-                if taken.isdisjoint(image):
-                    taken.update(image)
-                    found.append(image)
+            candidates = images[free]
+            # Shifts that only permute the members give the same set: keep one per set, in
+            # shift order. When the distinct sets are disjoint from the group and from each
+            # other (the usual case: dp shifts of a TP group, tp shifts of a DP group), they
+            # are the answer without a Python loop over every shift.
+            if len(candidates):
+                _, first = np.unique(np.sort(candidates, axis=1), axis=0, return_index=True)
+                candidates = candidates[np.sort(first)]
+            flat = np.concatenate([np.asarray(group), candidates.ravel()])
+            if len(np.unique(flat)) == len(flat):
+                found = [tuple(int(r) for r in row) for row in candidates]
+            else:
+                taken = set(group)
+                found = []
+                for row in candidates:
+                    image = tuple(int(r) for r in row)
+                    if taken.isdisjoint(image):
+                        taken.update(image)
+                        found.append(image)
             self._copies[group] = tuple(found)
         return self._copies[group]
 

@@ -231,9 +231,10 @@ class ParallelDims:
     def stage_ranks(self, stage: int) -> list[int]:
         """Ranks of pipeline stage ``stage``, ordered by (dp, cp, tp) so index k of every
         stage is the p2p partner of index k of its neighbours."""
-        return sorted((r for r in range(self.world_size) if self.coords(r)["pp"] == stage),
-                      key=lambda r: (self.coords(r)["dp"], self.coords(r)["cp"],
-                                     self.coords(r)["tp"]))
+        if not 0 <= stage < self.pp:
+            raise ValueError(f"stage {stage} outside 0..{self.pp - 1}")
+        return [self.rank(tp=t, cp=c, pp=stage, dp=d)
+                for d in range(self.dp) for c in range(self.cp) for t in range(self.tp)]
 
     @property
     def grad_dims(self) -> tuple[str, ...]:
