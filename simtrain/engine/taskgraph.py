@@ -76,6 +76,11 @@ class TaskGraph:
     # Ranks not simulated (symmetric fidelity): they mirror simulated ranks, so a
     # collective does not wait for them and records no spans for them.
     virtual: set[int] = field(default_factory=set)
+    # Validated copies by the identity of the caller's sequence: the lowering hands the
+    # same object for every collective of a group, so tasks share one tuple (and the
+    # executor's per-copies link-weight cache hits across them).
+    _checked_copies: dict[int, tuple[Sequence[Sequence[int]], tuple[tuple[int, ...], ...]]] = \
+        field(default_factory=dict, repr=False)
 
     def _add(self, task: Task) -> int:
         for rank in task.ranks:
@@ -175,6 +180,9 @@ class TaskGraph:
 
     def _copies(self, name: str, group: tuple[int, ...],
                 copies: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+        known = self._checked_copies.get(id(copies))
+        if known is not None and known[0] is copies and len(group) == len(known[1][0]):
+            return known[1]
         out = tuple(tuple(c) for c in copies)
         for copy in out:
             if len(copy) != len(group):
@@ -184,6 +192,8 @@ class TaskGraph:
                 if not 0 <= rank < self.num_ranks:
                     raise TaskGraphError(f"task {name!r}: copy uses rank {rank}, outside "
                                          f"0..{self.num_ranks - 1}")
+        if out:
+            self._checked_copies[id(copies)] = (copies, out)
         return out
 
     def send_recv(
