@@ -5,7 +5,13 @@ where it finishes within the time limit, explicit fidelity; plus the raw SimPy e
 a null model on this machine, so the engine's overhead reads as a ratio. Each point runs in
 its own process (peak RSS is per point). Not part of the test run.
 
+With --dp-sweep it instead holds the model and plan fixed (Llama-3-70B, TP8 PP8, stage
+granularity, symmetric) and grows only data parallelism, 8 to 512 replicas (512 to 32,768
+GPUs), in both network modes: the event count must stay flat; the wall time shows what
+still grows with the cluster (the link table, and the flows of ever wider DP rings).
+
 Usage: python benchmarks/bench_scale.py [--json OUT] [--explicit-limit SECONDS] [--quick]
+       python benchmarks/bench_scale.py --dp-sweep [--json OUT]
 """
 
 from __future__ import annotations
@@ -103,12 +109,45 @@ def run_point(spec: dict[str, Any], fidelity: str, limit: float) -> dict[str, An
     return dict(queue.get())
 
 
+def dp_sweep_spec(dp: int, network: str) -> dict[str, Any]:
+    """Llama-3-70B, TP8 PP8, 8 sequences of 4,096 per replica, ``dp`` replicas."""
+    return {"cluster": {"preset": "dgx-h100", "nodes": 8 * dp},
+            "model": {"preset": "llama3-70b"},
+            "training": {"global_batch_size": 8 * dp, "seq_len": 4096},
+            "parallelism": {"tp": 8, "sp": True, "pp": 8, "zero": 1, "dp": dp},
+            "sim": {"granularity": "stage", "network": network}}
+
+
+def dp_sweep(limit: float) -> list[dict[str, Any]]:
+    print(f"{'network':<10}{'dp':>5}{'GPUs':>8}{'tasks':>8}{'events':>9}{'wall s':>9}"
+          f"{'RSS MiB':>9}{'step s':>9}")
+    rows = []
+    for network in ("analytic", "flow"):
+        for dp in (8, 32, 128, 512):
+            row = {"network": network, "dp": dp, "gpus": 64 * dp,
+                   **run_point(dp_sweep_spec(dp, network), "symmetric", limit)}
+            rows.append(row)
+            if "skipped" in row:
+                print(f"{network:<10}{dp:>5}{64 * dp:>8,}{row['skipped']:>30}")
+                continue
+            print(f"{network:<10}{dp:>5}{64 * dp:>8,}{row['tasks']:>8,}{row['events']:>9,}"
+                  f"{row['wall_s']:>9}{row['peak_rss_mib']:>9}{row['step_time_s']:>9}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--explicit-limit", type=float, default=180.0)
     parser.add_argument("--quick", action="store_true", help="symmetric only, up to 4,096")
+    parser.add_argument("--dp-sweep", action="store_true",
+                        help="grow only data parallelism at a fixed model and plan")
     args = parser.parse_args()
+    if args.dp_sweep:
+        rows = dp_sweep(args.explicit_limit)
+        if args.json:
+            args.json.write_text(json.dumps({"dp_sweep": rows}, indent=2))
+        return
     rate = null_simpy_rate()
     print(f"raw SimPy null-model rate: {rate:,.0f} events/s")
     print(f"{'point':<13}{'fidelity':<11}{'tasks':>9}{'events':>11}{'wall s':>9}"
