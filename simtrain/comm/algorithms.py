@@ -26,10 +26,16 @@ Flow = tuple[int, int, float]  # (src_rank, dst_rank, bytes)
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """Flows that run concurrently after ``latency`` seconds of alpha terms."""
+    """Flows that run concurrently after ``latency`` seconds of alpha terms.
+
+    ``coupled`` (one label per flow, or None) marks pipelined rings: flows with the same
+    label are the hops of one ring, which moves at its slowest hop's pace, so they share
+    one rate and end together (see ``simtrain.engine.network.couple``).
+    """
 
     latency: float
     flows: tuple[Flow, ...]
+    coupled: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +115,14 @@ def _ring_phase(orders: Sequence[Sequence[int]], per_order_bytes: float, steps: 
     latency is ``steps`` times the ring's mean hop alpha (NCCL's model: intra-node steps at
     the intra latency, inter-node steps at the network latency)."""
     flows: list[Flow] = []
+    labels: list[int] = []
     alpha = 0.0
-    for order in orders:
+    for k, order in enumerate(orders):
         hops = _ring_hops(order)
         alpha = max(alpha, sum(ctx.hop_latency(a, b) for a, b in hops) / len(hops))
         flows.extend((a, b, per_order_bytes) for a, b in hops)
-    return Phase(steps * alpha, tuple(flows))
+        labels.extend([k] * len(hops))
+    return Phase(steps * alpha, tuple(flows), tuple(labels))
 
 
 def _power_of_two(p: int, name: str) -> int:
@@ -269,13 +277,16 @@ def _grid(call: Call, ctx: Context, name: str) -> list[list[int]]:
 def _rings_phase(rings: Sequence[Sequence[int]], nbytes: float, op: str, ctx: Context) -> Phase:
     """Concurrent independent rings, each doing ``op`` on ``nbytes``."""
     flows: list[Flow] = []
+    labels: list[int] = []
     latency = 0.0
     for members in rings:
         if len(members) > 1:
             phase = ring(Call(op, tuple(members), nbytes), ctx)[0]
+            base = max(labels, default=-1) + 1
             flows.extend(phase.flows)
+            labels.extend(base + k for k in phase.coupled or (0,) * len(phase.flows))
             latency = max(latency, phase.latency)
-    return Phase(latency, tuple(flows))
+    return Phase(latency, tuple(flows), tuple(labels))
 
 
 def hierarchical(call: Call, ctx: Context) -> list[Phase]:

@@ -156,7 +156,8 @@ class CommModel:
             cap = self.flow_cap(ph, wire, protocol, nodes)
             transfer += isolated_time([(route(a, b), nb * wire) for a, b, nb in ph.flows],
                                       self.capacity,
-                                      None if cap == float("inf") else [cap] * len(ph.flows))
+                                      None if cap == float("inf") else [cap] * len(ph.flows),
+                                      coupled=ph.coupled)
         latency = sum(ph.latency for ph in phases)
         return self._launch(algorithm, protocol) + latency + transfer
 

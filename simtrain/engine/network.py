@@ -149,17 +149,61 @@ def max_min_rates(
     return rates
 
 
+def couple(
+    transfers: Sequence[tuple[tuple[int, ...], float]],
+    weights: Sequence[tuple[float, ...] | None] | None,
+    labels: Sequence[int],
+) -> tuple[list[tuple[tuple[int, ...], float]], list[tuple[float, ...]], list[list[int]]]:
+    """Merge the flows of each label into one flow that moves them at one common rate.
+
+    A pipelined ring forwards every chunk hop by hop, so all its hops carry data at the
+    pace of the slowest: modelled as one flow over the union of their links, each link
+    weighted by how many of the hops (and their symmetric copies) cross it, carrying one
+    hop's bytes (the largest, when they differ). Under max-min sharing this flow's rate is
+    the ring's rate; what the fast hops would not use stays free for other traffic. Returns
+    (merged transfers, their weights, the original indices of each merged flow).
+    """
+    groups: dict[int, list[int]] = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(label, []).append(i)
+    merged: list[tuple[tuple[int, ...], float]] = []
+    merged_weights: list[tuple[float, ...]] = []
+    members: list[list[int]] = []
+    for index in groups.values():
+        counts: dict[int, float] = {}
+        nbytes = 0.0
+        for i in index:
+            route, size = transfers[i]
+            if size <= 0 or not route:
+                continue
+            w = weights[i] if weights is not None else None
+            for k, link in enumerate(route):
+                counts[link] = counts.get(link, 0.0) + (1.0 if w is None else w[k])
+            nbytes = max(nbytes, size)
+        merged.append((tuple(counts), nbytes))
+        merged_weights.append(tuple(counts.values()))
+        members.append(index)
+    return merged, merged_weights, members
+
+
 def isolated_time(
     flows: Sequence[tuple[tuple[int, ...], float]],
     capacity: Sequence[float],
     caps: Sequence[float] | None = None,
     weights: Sequence[tuple[float, ...] | None] | None = None,
+    coupled: Sequence[int] | None = None,
 ) -> float:
     """Seconds until the last of ``flows`` (route, bytes) ends when they start together alone.
 
     The same max-min sharing as the engine, without SimPy: used to predict an algorithm's
-    uncongested time (for NCCL-style selection) and in tests.
+    uncongested time (for NCCL-style selection) and in tests. ``coupled`` labels flows that
+    move at one common rate (``couple``).
     """
+    if coupled is not None:
+        flows, merged_weights, members = couple(flows, weights, coupled)
+        weights = list(merged_weights)
+        if caps is not None:
+            caps = [min(caps[i] for i in index) for index in members]
     active = [(route, nbytes, i) for i, (route, nbytes) in enumerate(flows) if nbytes > 0 and route]
     now = 0.0
     remaining = {i: nbytes for _, nbytes, i in active}

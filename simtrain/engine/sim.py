@@ -18,7 +18,7 @@ import simpy
 
 from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel, Lowered
-from simtrain.engine.network import Fabric, FlowNetwork
+from simtrain.engine.network import Fabric, FlowNetwork, couple
 from simtrain.engine.taskgraph import Task, TaskGraph
 from simtrain.engine.timeline import FlowRecord, Span, Timeline
 
@@ -233,7 +233,15 @@ class Executor:
                       for src, dst, nbytes in phase.flows]
             weights = self._weights(task, phase.flows, routes) if task.comm.copies else None
             began = env.now
-            finish = yield self.network.transfer_all(routes, cap, weights)
+            if phase.coupled is not None:
+                merged, merged_weights, members = couple(routes, weights, phase.coupled)
+                ends = yield self.network.transfer_all(merged, cap, merged_weights)
+                finish = [0.0] * len(routes)
+                for index, end in zip(members, ends, strict=True):
+                    for i in index:
+                        finish[i] = end
+            else:
+                finish = yield self.network.transfer_all(routes, cap, weights)
             self.timeline.flows.extend(
                 FlowRecord(began, end, nbytes, path, task.id)
                 for (path, nbytes), end in zip(routes, finish, strict=True) if path

@@ -7,7 +7,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simtrain.engine.network import FlowNetwork, max_min_rates
+from simtrain.engine.network import FlowNetwork, isolated_time, max_min_rates
 
 
 def test_single_flow_gets_the_bottleneck_rate():
@@ -105,3 +105,27 @@ def test_more_bandwidth_is_never_slower(extra, nbytes):
     slow = _run_transfers([10.0, 20.0], [(0, (0, 1), nbytes), (0, (1,), nbytes)])
     fast = _run_transfers([10.0 + extra, 20.0], [(0, (0, 1), nbytes), (0, (1,), nbytes)])
     assert max(fast) <= max(slow) * (1 + 1e-9)
+
+
+def test_coupled_ring_hops_share_one_rate_and_free_what_they_cannot_use() -> None:
+    # A two-hop ring: hop A on link 0 (10 B/s), hop B on link 1 (2 B/s, the slow hop); a
+    # competing flow X also crosses link 0. Independent flows split link 0 5/5 although
+    # the ring can never move faster than hop B's 2 B/s. Coupled (one pipelined ring),
+    # the ring runs at 2 on both its links and X gets the other 8 on link 0.
+    from simtrain.engine.network import couple
+
+    capacity = [10.0, 2.0]
+    independent = max_min_rates([(0,), (1,), (0,)], capacity)
+    assert independent == [5.0, 2.0, 5.0]
+    merged, weights, members = couple([((0,), 10.0), ((1,), 10.0)], None, [0, 0])
+    assert merged == [((0, 1), 10.0)] and weights == [(1.0, 1.0)] and members == [[0, 1]]
+    rates = max_min_rates([merged[0][0], (0,)], capacity, weights=[weights[0], None])
+    assert rates == [2.0, 8.0]
+    # On an idle network coupling changes nothing: the ring ends when its slow hop does,
+    # 10 B / 2 B/s = 5 s either way.
+    flows = [((0,), 10.0), ((1,), 10.0)]
+    assert isolated_time(flows, capacity) == pytest.approx(5.0)
+    assert isolated_time(flows, capacity, coupled=[0, 0]) == pytest.approx(5.0)
+    # Hops that share a link count twice on it: two hops over link 0 move at 5 each.
+    merged, weights, _ = couple([((0,), 1.0), ((0, 1), 1.0)], None, [7, 7])
+    assert merged == [((0, 1), 1.0)] and weights == [(2.0, 1.0)]
