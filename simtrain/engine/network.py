@@ -98,17 +98,32 @@ def max_min_rates(
     users: dict[int, list[tuple[int, float]]] = {}
     load: dict[int, float] = {}  # total weight of unfrozen flows per link
     paths: list[list[tuple[int, float]]] = []
+    # A link crossed by one flow only limits that flow alone, to capacity / weight: fold
+    # all of a flow's private links (and its own cap) into one private limit, so the
+    # filling below runs over shared links only (a wide ring crosses thousands of links
+    # nobody else uses). The rates are the same as filling over every link.
+    crossers: dict[int, int] = {}
+    for route in routes:
+        for link in route:
+            crossers[link] = crossers.get(link, 0) + 1
     for i, route in enumerate(routes):
         if not route:
             rates[i] = float("inf")
             paths.append([])
             continue
         w = weights[i] if weights is not None else None
-        path = [(link, 1.0 if w is None else w[k]) for k, link in enumerate(route)]
-        if caps is not None and caps[i] < float("inf"):
+        limit = caps[i] if caps is not None else float("inf")
+        path = []
+        for k, link in enumerate(route):
+            weight = 1.0 if w is None else w[k]
+            if crossers[link] == 1:
+                limit = min(limit, capacity[link] / weight)
+            else:
+                path.append((link, weight))
+        if limit < float("inf"):
             private = -1 - i  # negative ids never clash with real links
             path.append((private, 1.0))
-            remaining_cap[private] = caps[i]
+            remaining_cap[private] = limit
         paths.append(path)
         for link, weight in path:
             if link not in users:

@@ -129,3 +129,22 @@ def test_coupled_ring_hops_share_one_rate_and_free_what_they_cannot_use() -> Non
     # Hops that share a link count twice on it: two hops over link 0 move at 5 each.
     merged, weights, _ = couple([((0,), 1.0), ((0, 1), 1.0)], None, [7, 7])
     assert merged == [((0, 1), 1.0)] and weights == [(2.0, 1.0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shared=st.lists(st.floats(1.0, 100.0), min_size=1, max_size=4),
+    own=st.lists(st.floats(0.5, 200.0), min_size=1, max_size=5),
+    weight=st.sampled_from([1.0, 2.0, 3.0]),
+)
+def test_a_link_only_one_flow_crosses_acts_as_that_flows_cap(shared, own, weight):
+    # Flow i crosses every shared link and its own private link of capacity own[i] with
+    # weight w: exactly as if it had a cap of own[i] / w on the shared links alone.
+    n = len(own)
+    capacity = list(shared) + list(own)
+    shared_route = tuple(range(len(shared)))
+    with_private = [shared_route + (len(shared) + i,) for i in range(n)]
+    weights = [(1.0,) * len(shared) + (weight,) for _ in range(n)]
+    folded = max_min_rates(with_private, capacity, weights=weights)
+    capped = max_min_rates([shared_route] * n, capacity, caps=[c / weight for c in own])
+    assert folded == pytest.approx(capped, rel=1e-12)
