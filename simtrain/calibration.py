@@ -34,6 +34,7 @@ import numpy as np
 from simtrain.validation import (
     SCENARIO_SUITES,
     formula_flops,
+    load_row,
     load_suite,
     row_bodies,
 )
@@ -84,7 +85,6 @@ def observations(suites: Sequence[str] = SCENARIO_SUITES,
                  directory: Path | None = None) -> list[Observation]:
     """Every row of ``suites`` with a step time (measured, or derived from TFLOP/s)."""
     from simtrain.hardware.topology import build_cluster
-    from simtrain.scenario import load_scenario
 
     out = []
     for suite in suites:
@@ -93,7 +93,7 @@ def observations(suites: Sequence[str] = SCENARIO_SUITES,
                              "(see docs/collectives.md); name a suite of training runs")
         flops_kind = str(load_suite(suite, directory)["flops"])
         for entry, body in row_bodies(suite, directory):
-            scenario = load_scenario(body)
+            scenario = load_row(suite, entry, body, directory)
             cluster = build_cluster(scenario.cluster)
             published = entry["published"]
             if "iteration_time_ms" in published:

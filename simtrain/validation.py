@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from simtrain.errors import ScenarioError
 from simtrain.scenario import Scenario, load_scenario
@@ -34,6 +35,8 @@ from simtrain.workload.model import ModelConfig
 SUITES = ("megatron-2020", "mcore-2024-h100", "nccl")
 SCENARIO_SUITES = ("megatron-2020", "mcore-2024-h100")
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "validation"
+# What a row may publish: a step time or a throughput per GPU (each source's FLOPs).
+PUBLISHED_METRICS = ("iteration_time_ms", "tflops_per_gpu")
 # Megatron-Core's README divides by this H100 bf16 dense peak for its MFU column.
 MCORE_PEAK_TFLOPS = 989.0
 
@@ -171,9 +174,25 @@ def load_suite(suite: str, directory: Path | None = None) -> dict[str, Any]:
     except OSError as exc:
         raise ScenarioError(f"cannot read validation suite: {exc.strerror}",
                             source=str(path)) from None
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ScenarioError(f"not valid YAML: {problem}", source=str(path),
+                            line=None if mark is None else mark.line + 1) from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ScenarioError("expected a mapping with suite, flops, base and rows",
                             source=str(path))
+    for k, entry in enumerate(data["rows"]):
+        if (not isinstance(entry, dict) or "id" not in entry
+                or not isinstance(entry.get("published"), dict)):
+            raise ScenarioError(f"row {k + 1} needs an id and a published mapping (e.g. "
+                                f"published: {{iteration_time_ms: 1076}})", source=str(path),
+                                field="rows")
+        unknown = [m for m in entry["published"] if m not in PUBLISHED_METRICS]
+        if unknown or not entry["published"]:
+            raise ScenarioError(f"row {entry['id']}: published needs "
+                                f"{' or '.join(PUBLISHED_METRICS)}, got "
+                                f"{unknown or 'nothing'}", source=str(path), field="rows")
     return data
 
 
@@ -195,13 +214,19 @@ def row_scenarios(suite: str, directory: Path | None = None
     """(row entry, validated scenario) for every row of a scenario suite."""
     out = []
     for entry, body in row_bodies(suite, directory):
-        try:
-            scenario = load_scenario(body)
-        except ScenarioError as exc:
-            raise ScenarioError(f"row {entry['id']}: {exc}",
-                                source=str(suite_path(suite, directory))) from None
-        out.append((entry, scenario))
+        out.append((entry, load_row(suite, entry, body, directory)))
     return out
+
+
+def load_row(suite: str, entry: dict[str, Any], body: dict[str, Any],
+             directory: Path | None = None) -> Scenario:
+    """The validated scenario of one row; errors name the suite file, the row and the field."""
+    try:
+        return load_scenario(body)
+    except ScenarioError as exc:
+        where = f"{exc.field}: " if exc.field else ""
+        raise ScenarioError(f"row {entry['id']}: {where}{exc.message}",
+                            source=str(suite_path(suite, directory))) from None
 
 
 def _predict_row(suite: str, flops_kind: str, entry: dict[str, Any],

@@ -104,3 +104,25 @@ def test_cli_calibrate_bad_input(args: list[str], message: str, tmp_path: Path) 
     result = runner.invoke(app, ["calibrate", "--dir", str(tmp_path), *args])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # A typo in a row's scenario names the file, the row and the field.
+    ("suite: bad\nflops: mcore-2024-model\nbase: {model: {preset: tiny-gpt}}\nrows:\n"
+     "  - id: r1\n    published: {iteration_time_ms: 10}\n"
+     "    scenario: {training: {micro_batchsize: 4}}\n",
+     "bad.yaml: row r1: training.micro_batchsize: unknown field"),
+    # An unknown published metric.
+    ("suite: bad\nflops: mcore-2024-model\nrows:\n  - id: r1\n    published: {mfu: 0.5}\n",
+     "published needs iteration_time_ms or tflops_per_gpu, got ['mfu']"),
+    # A row without published numbers.
+    ("suite: bad\nflops: mcore-2024-model\nrows:\n  - id: r1\n",
+     "row 1 needs an id and a published mapping"),
+    # Broken YAML gets its line.
+    ("suite: bad\nrows: [ {id: r1\n", "bad.yaml:3: not valid YAML"),
+])
+def test_cli_calibrate_bad_suite_files(text: str, message: str, tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(text)
+    result = runner.invoke(app, ["calibrate", "--dir", str(tmp_path), "--suite", "bad", "-q"])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
