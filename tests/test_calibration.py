@@ -126,3 +126,22 @@ def test_cli_calibrate_bad_suite_files(text: str, message: str, tmp_path: Path) 
     result = runner.invoke(app, ["calibrate", "--dir", str(tmp_path), "--suite", "bad", "-q"])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
+
+
+def test_cli_calibrate_without_scipy_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    # The brackets of the extra must survive the console's markup.
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_scipy(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "scipy" or name.startswith("scipy."):
+            raise ImportError("no scipy here")
+        return real_import(name, *args, **kwargs)
+
+    directory = _suite(tmp_path, {"gemm_efficiency": 0.6})
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    result = runner.invoke(app, ["calibrate", "--dir", str(directory), "--suite", "synthetic"])
+    assert result.exit_code == 2
+    assert "pip install 'simtrain[calibrate]'" in " ".join(result.output.split())
