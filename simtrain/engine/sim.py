@@ -117,7 +117,9 @@ class Executor:
         for task in tasks:
             self.position[(rank, stream)] = task
             pending = self._relevant_deps(task, rank)
-            if pending:
+            if len(pending) == 1:
+                yield pending[0]  # the common case: no AllOf condition event to build
+            elif pending:
                 yield env.all_of(pending)
             if hang_at is not None and env.now >= hang_at:
                 return  # a hung process issues nothing more, as with a dead NCCL rank
