@@ -47,7 +47,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "memory_efficiency": (0.2, 1.0),
     "comm_interference": (0.0, 0.6),
     "step_overhead": (0.0, 2.0),  # seconds of host time per step
+    "launch_overhead": (0.5e-6, 50e-6),  # seconds per kernel
 }
+# The optimizer works in these units (finite-difference steps are relative to max(1, |x|)),
+# so a microsecond-sized parameter moves in microseconds.
+UNIT: dict[str, float] = {"launch_overhead": 1e-6}
 DEFAULT_PARAMS = ("gemm_efficiency", "memory_efficiency")
 
 
@@ -140,14 +144,19 @@ def current_params(arch: str, names: Sequence[str]) -> dict[str, float]:
         "memory_efficiency": lambda: cfg.hbm_efficiency(arch),
         "comm_interference": lambda: cfg.comm_interference,
         "step_overhead": lambda: cfg.host_overhead(arch),
+        "launch_overhead": lambda: cfg.launch_overhead,
     }
     return {n: float(getters[n]()) for n in names}
 
 
 def fit(obs: Sequence[Observation], names: Sequence[str] = DEFAULT_PARAMS, *,
-        jobs: int = 1, max_evaluations: int = 40,
+        fixed: Mapping[str, float] | None = None, jobs: int = 1, max_evaluations: int = 40,
         progress: Callable[[str], None] | None = None) -> list[ArchFit]:
-    """Fit ``names`` per architecture of ``obs``; returns one ArchFit per architecture."""
+    """Fit ``names`` per architecture of ``obs``; returns one ArchFit per architecture.
+
+    ``fixed`` holds other compute parameters at given values during the fit (written into
+    every scenario with the fitted ones), e.g. a memory efficiency measured separately.
+    """
     from scipy.optimize import least_squares
 
     unknown = [n for n in names if n not in BOUNDS]
@@ -155,6 +164,11 @@ def fit(obs: Sequence[Observation], names: Sequence[str] = DEFAULT_PARAMS, *,
         raise ValueError(f"cannot fit {unknown[0]!r}; fittable: {', '.join(BOUNDS)}")
     if not names:
         raise ValueError("nothing to fit: name at least one parameter")
+    fixed = dict(fixed or {})
+    both = [n for n in names if n in fixed]
+    if both:
+        raise ValueError(f"{both[0]!r} is both fitted and fixed; choose one")
+    unit = np.array([UNIT.get(n, 1.0) for n in names])
     by_arch: dict[str, list[Observation]] = {}
     for o in obs:
         by_arch.setdefault(o.arch, []).append(o)
@@ -164,9 +178,9 @@ def fit(obs: Sequence[Observation], names: Sequence[str] = DEFAULT_PARAMS, *,
         for arch, group in by_arch.items():
             measured = np.array([o.measured_step_s for o in group])
             start = current_params(arch, names)
-            lo = np.array([BOUNDS[n][0] for n in names])
-            hi = np.array([BOUNDS[n][1] for n in names])
-            x0 = np.clip(np.array([start[n] for n in names]), lo + 1e-9, hi - 1e-9)
+            lo = np.array([BOUNDS[n][0] for n in names]) / unit
+            hi = np.array([BOUNDS[n][1] for n in names]) / unit
+            x0 = np.clip(np.array([start[n] for n in names]) / unit, lo + 1e-9, hi - 1e-9)
             cache: dict[tuple[float, ...], np.ndarray] = {}
 
             def residuals(x: np.ndarray, group: list[Observation] = group,
@@ -174,10 +188,11 @@ def fit(obs: Sequence[Observation], names: Sequence[str] = DEFAULT_PARAMS, *,
                           cache: dict[tuple[float, ...], np.ndarray] = cache) -> np.ndarray:
                 key = tuple(round(float(v), 12) for v in x)
                 if key not in cache:
-                    params = dict(zip(names, (float(v) for v in x), strict=True))
-                    cache[key] = np.log(simulated_steps(group, params, pool) / measured)
+                    params = dict(zip(names, (float(v) for v in x * unit), strict=True))
+                    cache[key] = np.log(simulated_steps(group, {**fixed, **params}, pool)
+                                        / measured)
                     if progress:
-                        shown = ", ".join(f"{n}={v:.3f}" for n, v in params.items())
+                        shown = ", ".join(f"{n}={v:.4g}" for n, v in params.items())
                         rms = math.sqrt(float(np.mean(cache[key] ** 2)))
                         progress(f"{arch}: {shown} (rms log error {rms:.3f})")
                 return cache[key]
@@ -190,7 +205,8 @@ def fit(obs: Sequence[Observation], names: Sequence[str] = DEFAULT_PARAMS, *,
             rows = [{"suite": o.suite, "id": o.id, "measured_step_s": o.measured_step_s,
                      "before": math.expm1(float(b)), "after": math.expm1(float(a))}
                     for o, b, a in zip(group, before, after, strict=True)]
-            results.append(ArchFit(arch, dict(zip(names, (round(float(v), 4) for v in sol.x),
+            results.append(ArchFit(arch, dict(zip(names, (float(f"{v:.4g}")
+                                                          for v in sol.x * unit),
                                                   strict=True)),
                                    start, rows, evaluations=len(cache),
                                    converged=bool(sol.success), message=str(sol.message)))

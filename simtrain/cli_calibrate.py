@@ -36,6 +36,9 @@ def calibrate(
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="compute parameter to fit; repeat (default: gemm_efficiency "
                               "and memory_efficiency)")] = None,
+    fix: Annotated[list[str] | None, typer.Option(
+        "--fix", help="hold a compute parameter at a value while fitting the others, "
+                      "NAME=VALUE; repeat")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
                                       help="simulate rows in this many processes")] = 1,
     max_evaluations: Annotated[int, typer.Option(
@@ -55,6 +58,19 @@ def calibrate(
     unknown = [n for n in names if n not in BOUNDS]
     if unknown:
         raise fail(f"cannot fit {unknown[0]!r}; fittable parameters: {', '.join(BOUNDS)}")
+    fixed: dict[str, float] = {}
+    for item in fix or []:
+        name, _, value = item.partition("=")
+        try:
+            fixed[name.strip()] = float(value)
+        except ValueError:
+            raise fail(f"--fix {item!r}: expected NAME=VALUE with a number, e.g. "
+                       f"memory_efficiency=0.85") from None
+        if name.strip() not in BOUNDS:
+            raise fail(f"--fix {item!r}: unknown parameter; one of {', '.join(BOUNDS)}")
+    both = [n for n in names if n in fixed]
+    if both:
+        raise fail(f"{both[0]!r} is both fitted (--param) and fixed (--fix); choose one")
     suites = list(dict.fromkeys(suite or SCENARIO_SUITES))
     for s in suites:
         if not suite_path(s, directory).is_file():
@@ -69,11 +85,12 @@ def calibrate(
     except (ScenarioError, ValueError) as exc:
         raise fail(str(exc)) from None
     show = not quiet and not as_json
-    fits = fit(obs, names, jobs=jobs, max_evaluations=max_evaluations,
+    fits = fit(obs, names, fixed=fixed, jobs=jobs, max_evaluations=max_evaluations,
                progress=(lambda line: err.print(f"[dim]{line}[/]", highlight=False))
                if show else None)
     payload: dict[str, Any] = {
         "date": datetime.date.today().isoformat(), "suites": suites, "params": names,
+        "fixed": fixed,
         "fits": [{"arch": f.arch, "params": f.params, "start": f.start,
                   "mape_before": f.mape("before"), "mape_after": f.mape("after"),
                   "evaluations": f.evaluations, "converged": f.converged,
@@ -99,11 +116,12 @@ def _yaml(payload: dict[str, Any]) -> str:
                      f"{f['mape_after']:.1%} over {len(f['rows'])} rows")
         lines.append("  compute:")
         lines += [f"    {k}: {v}" for k, v in f["params"].items()]
+        lines += [f"    {k}: {v}  # held fixed" for k, v in payload["fixed"].items()]
     return "\n".join(lines) + "\n"
 
 
 def _fit_table(f: dict[str, Any]) -> Table:
-    fitted = ", ".join(f"{k} {f['start'][k]:.3f} → {v:.3f}" for k, v in f["params"].items())
+    fitted = ", ".join(f"{k} {f['start'][k]:.4g} → {v:.4g}" for k, v in f["params"].items())
     table = Table(title=f"calibration · {f['arch']}: {fitted}",
                   caption=f"step MAPE {f['mape_before']:.1%} → {f['mape_after']:.1%}; "
                           f"{f['evaluations']} evaluations; {f['message']}")

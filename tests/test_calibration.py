@@ -145,3 +145,30 @@ def test_cli_calibrate_without_scipy_says_how_to_install(monkeypatch: pytest.Mon
     result = runner.invoke(app, ["calibrate", "--dir", str(directory), "--suite", "synthetic"])
     assert result.exit_code == 2
     assert "pip install 'simtrain[calibrate]'" in " ".join(result.output.split())
+
+
+def test_fit_with_a_fixed_parameter_and_a_microsecond_one(tmp_path: Path) -> None:
+    # Memory efficiency held at the truth (0.7); the launch overhead that made the
+    # measurements (20 us per kernel, against the 3 us default) is found in microseconds.
+    truth = {"memory_efficiency": 0.7, "launch_overhead": 20e-6}
+    directory = _suite(tmp_path, truth)
+    obs = observations(["synthetic"], directory)
+    (result,) = fit(obs, ["launch_overhead"], fixed={"memory_efficiency": 0.7})
+    assert result.params["launch_overhead"] == pytest.approx(20e-6, rel=0.05)
+    with pytest.raises(ValueError, match="both fitted and fixed"):
+        fit(obs, ["launch_overhead"], fixed={"launch_overhead": 1e-6})
+
+
+def test_cli_calibrate_fix_option(tmp_path: Path) -> None:
+    directory = _suite(tmp_path, {"gemm_efficiency": 0.6, "memory_efficiency": 0.7})
+    out = tmp_path / "fit.yaml"
+    result = runner.invoke(app, ["calibrate", "--dir", str(directory), "--suite", "synthetic",
+                                 "-p", "gemm_efficiency", "--fix", "memory_efficiency=0.7",
+                                 "--write", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    written = YAML(typ="safe").load(out.read_text())["ampere"]["compute"]
+    assert written["memory_efficiency"] == 0.7
+    assert written["gemm_efficiency"] == pytest.approx(0.6, abs=0.01)
+    bad = runner.invoke(app, ["calibrate", "--dir", str(directory), "--suite", "synthetic",
+                              "--fix", "memory_efficiency=fast"])
+    assert bad.exit_code == 2 and "expected NAME=VALUE" in " ".join(bad.output.split())
