@@ -28,7 +28,7 @@ from simtrain.workload.model import OP_KINDS, Op
 # Hopper: fitted by ``simtrain calibrate`` to the Megatron-Core 2024 H100 rows (see
 # docs/validation.md, "Calibration"); the others are the literature values above.
 GEMM_EFFICIENCY: dict[str, float] = {
-    "volta": 0.80, "ampere": 0.80, "hopper": 0.858, "blackwell": 0.75, "cdna3": 0.60,
+    "volta": 0.80, "ampere": 0.80, "hopper": 0.8156, "blackwell": 0.75, "cdna3": 0.60,
 }
 # Fraction of dense peak a fused attention kernel reaches on its (executed) FLOPs.
 # FlashAttention-2 forward reaches 50-73% of peak on A100 (Dao 2023, "FlashAttention-2",
@@ -39,19 +39,16 @@ ATTENTION_EFFICIENCY: dict[str, float] = {
     "volta": 0.35, "ampere": 0.60, "hopper": 0.55, "blackwell": 0.50, "cdna3": 0.40,
 }
 # Fraction of HBM bandwidth streaming elementwise/norm kernels reach: STREAM-like copies
-# reach ~85-90% of datasheet bandwidth on A100/H100. Hopper's 0.337 is fitted (simtrain
-# calibrate, Megatron-Core 2024 rows): an *effective* value that also carries the
-# elementwise kernels the op list does not hold (casts, bias adds, dropout, copies), which
-# weigh most in small models; it is not a STREAM measurement.
+# reach ~85-90% of datasheet bandwidth on A100/H100 (held at 0.85 when Hopper was fitted).
 MEMORY_EFFICIENCY: dict[str, float] = {
-    "volta": 0.85, "ampere": 0.85, "hopper": 0.337, "blackwell": 0.85, "cdna3": 0.80,
+    "volta": 0.85, "ampere": 0.85, "hopper": 0.85, "blackwell": 0.85, "cdna3": 0.80,
 }
 
 # Host time per training step the GPUs wait for and the task graph does not hold: data
 # loading, logging, loss and gradient-norm reductions, Python between phases. 0 unless
 # fitted against measured runs (simtrain calibrate).
 STEP_OVERHEAD: dict[str, float] = {
-    "volta": 0.0, "ampere": 0.0, "hopper": 0.096, "blackwell": 0.0, "cdna3": 0.0,
+    "volta": 0.0, "ampere": 0.0, "hopper": 0.1413, "blackwell": 0.0, "cdna3": 0.0,
 }
 
 

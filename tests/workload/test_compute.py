@@ -114,9 +114,9 @@ def test_arch_defaults_and_errors() -> None:
     default = ComputeConfig()
     assert default.max_gemm_efficiency("ampere") == 0.80
     # Hopper's defaults are the fitted ones (simtrain calibrate, docs/validation.md).
-    assert default.max_gemm_efficiency("hopper") == 0.858
-    assert default.hbm_efficiency("hopper") == 0.337
-    assert default.host_overhead("hopper") == 0.096 and default.host_overhead("ampere") == 0.0
+    assert default.max_gemm_efficiency("hopper") == 0.8156
+    assert default.hbm_efficiency("hopper") == 0.85
+    assert default.host_overhead("hopper") == 0.1413 and default.host_overhead("ampere") == 0.0
     assert ComputeConfig(step_overhead=0.2).host_overhead("hopper") == 0.2
     assert default.max_attention_efficiency("ampere") == 0.60
     with pytest.raises(ValueError, match="set compute.gemm_efficiency"):
