@@ -149,6 +149,19 @@ def current_params(arch: str, names: Sequence[str]) -> dict[str, float]:
     return {n: float(getters[n]()) for n in names}
 
 
+def check_params(names: Sequence[str], fixed: Mapping[str, float]) -> None:
+    """ValueError unless ``names`` (to fit) and ``fixed`` are known, distinct parameters."""
+    if not names:
+        raise ValueError("nothing to fit: name at least one parameter")
+    for name in [*names, *fixed]:
+        if name not in BOUNDS:
+            raise ValueError(f"cannot fit or fix {name!r}; the parameters are: "
+                             f"{', '.join(BOUNDS)}")
+    both = [n for n in names if n in fixed]
+    if both:
+        raise ValueError(f"{both[0]!r} is both fitted and fixed; choose one")
+
+
 def fit(obs: Sequence[Observation], names: Sequence[str] = DEFAULT_PARAMS, *,
         fixed: Mapping[str, float] | None = None, jobs: int = 1, max_evaluations: int = 40,
         progress: Callable[[str], None] | None = None) -> list[ArchFit]:
@@ -159,15 +172,8 @@ def fit(obs: Sequence[Observation], names: Sequence[str] = DEFAULT_PARAMS, *,
     """
     from scipy.optimize import least_squares
 
-    unknown = [n for n in names if n not in BOUNDS]
-    if unknown:
-        raise ValueError(f"cannot fit {unknown[0]!r}; fittable: {', '.join(BOUNDS)}")
-    if not names:
-        raise ValueError("nothing to fit: name at least one parameter")
     fixed = dict(fixed or {})
-    both = [n for n in names if n in fixed]
-    if both:
-        raise ValueError(f"{both[0]!r} is both fitted and fixed; choose one")
+    check_params(names, fixed)
     unit = np.array([UNIT.get(n, 1.0) for n in names])
     by_arch: dict[str, list[Observation]] = {}
     for o in obs:

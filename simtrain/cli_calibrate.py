@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simtrain.cli_errors import fail
+from simtrain.cli_validate import SuiteDir
 from simtrain.errors import ScenarioError
 
 EPILOG = (
@@ -31,8 +32,7 @@ def calibrate(
     suite: Annotated[list[str] | None, typer.Option(
         "--suite", "-s", help="suite file name under --dir; repeat for several (default: "
                               "megatron-2020 and mcore-2024-h100)")] = None,
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", help="folder of the suite YAML files (default: scenarios/validation)")] = None,
+    directory: SuiteDir = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="compute parameter to fit; repeat (default: gemm_efficiency "
                               "and memory_efficiency)")] = None,
@@ -49,15 +49,12 @@ def calibrate(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress lines")] = False,
 ) -> None:
     """Fit the compute model's per-GPU parameters to measured step times."""
-    from simtrain.calibration import BOUNDS, DEFAULT_PARAMS, fit, observations
+    from simtrain.calibration import DEFAULT_PARAMS, check_params, fit, observations
     from simtrain.validation import SCENARIO_SUITES, suite_path
 
     err = Console(stderr=True)
 
     names = list(dict.fromkeys(param or DEFAULT_PARAMS))
-    unknown = [n for n in names if n not in BOUNDS]
-    if unknown:
-        raise fail(f"cannot fit {unknown[0]!r}; fittable parameters: {', '.join(BOUNDS)}")
     fixed: dict[str, float] = {}
     for item in fix or []:
         name, _, value = item.partition("=")
@@ -66,11 +63,10 @@ def calibrate(
         except ValueError:
             raise fail(f"--fix {item!r}: expected NAME=VALUE with a number, e.g. "
                        f"memory_efficiency=0.85") from None
-        if name.strip() not in BOUNDS:
-            raise fail(f"--fix {item!r}: unknown parameter; one of {', '.join(BOUNDS)}")
-    both = [n for n in names if n in fixed]
-    if both:
-        raise fail(f"{both[0]!r} is both fitted (--param) and fixed (--fix); choose one")
+    try:
+        check_params(names, fixed)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     suites = list(dict.fromkeys(suite or SCENARIO_SUITES))
     for s in suites:
         if not suite_path(s, directory).is_file():

@@ -25,12 +25,16 @@ EPILOG = (
 )
 
 
+# The --dir option of the commands that read suite files (validate, calibrate).
+SuiteDir = Annotated[Path | None, typer.Option(
+    "--dir", help="folder of the suite YAML files (default: scenarios/validation)")]
+
+
 def validate(
     suite: Annotated[list[str] | None, typer.Option(
         "--suite", "-s", help="megatron-2020, mcore-2024-h100 or nccl; repeat for several "
                               "(default: all)")] = None,
-    directory: Annotated[Path | None, typer.Option(
-        "--dir", help="folder of the suite YAML files (default: scenarios/validation)")] = None,
+    directory: SuiteDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows and per-suite summary "
                                                          "as JSON")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,

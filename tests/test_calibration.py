@@ -95,7 +95,10 @@ def test_cli_calibrate_writes_yaml_and_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--param", "warp_speed"], "cannot fit 'warp_speed'"),
+    (["--param", "warp_speed"], "cannot fit or fix 'warp_speed'"),
+    (["--fix", "warp_speed=2"], "cannot fit or fix 'warp_speed'"),
+    (["-p", "gemm_efficiency", "--fix", "gemm_efficiency=0.7"],
+     "'gemm_efficiency' is both fitted and fixed"),
     (["--suite", "nope"], "no suite file"),
     (["--suite", "nccl"], "calibrate the network"),
 ])

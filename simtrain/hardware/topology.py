@@ -18,8 +18,9 @@ Default latencies (per link; a route's latency is the sum over its links):
 from __future__ import annotations
 
 import operator
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -391,10 +392,6 @@ class Cluster:
         return list(rows.values())
 
 
-_BUILT: OrderedDict[str, Cluster] = OrderedDict()
-_BUILT_MAX = 4
-
-
 def build_cluster(cfg: ClusterConfig) -> Cluster:
     """Build the topology graph and routing for ``cfg`` (preset shape or custom graph).
 
@@ -402,15 +399,12 @@ def build_cluster(cfg: ClusterConfig) -> Cluster:
     kept by configuration: validating a scenario and simulating it build one graph, not
     two — at 16k GPUs the graph is the largest setup cost.
     """
-    key = cfg.model_dump_json()
-    if key in _BUILT:
-        _BUILT.move_to_end(key)
-        return _BUILT[key]
-    cluster = _build_cluster(cfg)
-    _BUILT[key] = cluster
-    while len(_BUILT) > _BUILT_MAX:
-        _BUILT.popitem(last=False)
-    return cluster
+    return _built(cfg.model_dump_json())
+
+
+@lru_cache(maxsize=4)
+def _built(key: str) -> Cluster:
+    return _build_cluster(ClusterConfig.model_validate_json(key))
 
 
 def _build_cluster(cfg: ClusterConfig) -> Cluster:

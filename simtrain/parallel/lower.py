@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simtrain.engine.taskgraph import TaskGraph
-from simtrain.parallel.ddp import DP_STREAM, assign_buckets
+from simtrain.parallel.ddp import DP_STREAM, Bucket, assign_buckets
 from simtrain.parallel.fuse import Spec, fuse
 from simtrain.parallel.plan import PARAM_GATHER_NEEDS_ZERO, TP_OVERLAP_NEEDS_SP, ParallelDims
 from simtrain.parallel.schedule import Step as PipeStep
@@ -491,20 +491,26 @@ class Lowering:
                 recv = sends
                 have = {r: [sends[r]] for r in sends}
 
+    def _buckets(self, stage: int, chunk: int) -> list[tuple[str, list[Bucket]]]:
+        """The chunk's gradient buckets per reduction group kind: dense parameters over the
+        data-parallel group ("grad"), expert parameters over the expert-data-parallel one."""
+        o = self.o
+        params = [p for u in self.units[stage][chunk] for p in u.params]
+        out = []
+        for kind, expert in (("grad", False), ("expert_grad", True)):
+            plist = [p for p in params if (".experts." in p.name) == expert]
+            if plist:
+                out.append((kind, assign_buckets(plist, o.grad_bytes_per_element,
+                                                 o.first_bucket_bytes, o.bucket_cap_bytes)))
+        return out
+
     def reduce_gradients(self, stage: int, chunk: int) -> None:
         """Bucketed DP gradient reduction of one chunk after its last microbatch's backward."""
         d, o = self.dims, self.o
         if d.zero == 3:
             return
-        params = [p for u in self.units[stage][chunk] for p in u.params]
-        dense = [p for p in params if ".experts." not in p.name]
-        experts = [p for p in params if ".experts." in p.name]
         op = "all_reduce" if d.zero == 0 else "reduce_scatter"
-        for kind, plist in (("grad", dense), ("expert_grad", experts)):
-            if not plist:
-                continue
-            buckets = assign_buckets(plist, o.grad_bytes_per_element, o.first_bucket_bytes,
-                                     o.bucket_cap_bytes)
+        for kind, buckets in self._buckets(stage, chunk):
             for grp in self.groups(stage, kind):
                 if len(grp) == 1:
                     continue
@@ -531,17 +537,10 @@ class Lowering:
         on the "dp ag" stream; ``emit_step`` makes each kernel of the first forward wait."""
         o = self.o
         for chunk, units in enumerate(self.units[stage]):
-            params = [p for u in units for p in u.params]
-            pos = {p.name: i for i, p in enumerate(params)}
-            todo = []
-            for kind in ("grad", "expert_grad"):
-                plist = [p for p in params if (".experts." in p.name) == (kind != "grad")]
-                if not plist:
-                    continue
-                for b in assign_buckets(plist, o.grad_bytes_per_element, o.first_bucket_bytes,
-                                        o.bucket_cap_bytes):
-                    # Forward order: by the first-registered parameter of the bucket.
-                    todo.append((pos[b.params[-1].name], kind, b))
+            pos = {p.name: i for i, p in enumerate(p for u in units for p in u.params)}
+            # Forward order: by the first-registered parameter of the bucket.
+            todo = [(pos[b.params[-1].name], kind, b)
+                    for kind, buckets in self._buckets(stage, chunk) for b in buckets]
             for _, kind, b in sorted(todo, key=lambda x: x[0]):
                 name = f"zero param ag {b.index}"
                 if kind == "expert_grad":

@@ -40,23 +40,22 @@ def link_label(link: Any, index: int) -> str:
     return f"{where} ({extra})" if extra else where
 
 
+def _ramps(points: np.ndarray, rates: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Σ_i rates[i]·max(0, t - points[i]) at each t (vectorised with cumulative sums)."""
+    order = np.argsort(points, kind="stable")
+    p_sorted, r_sorted = points[order], rates[order]
+    cum_r = np.concatenate(([0.0], np.cumsum(r_sorted)))
+    cum_rp = np.concatenate(([0.0], np.cumsum(r_sorted * p_sorted)))
+    k = np.searchsorted(p_sorted, t, side="right")
+    result: np.ndarray = cum_r[k] * t - cum_rp[k]
+    return result
+
+
 def _integral(starts: np.ndarray, ends: np.ndarray, rates: np.ndarray,
               t: np.ndarray) -> np.ndarray:
-    """F(t) = bytes carried by all flows up to time t (piecewise-linear, vectorised)."""
-    order_s = np.argsort(starts, kind="stable")
-    s_sorted, r_s = starts[order_s], rates[order_s]
-    cum_r_s, cum_rs_s = np.concatenate(([0.0], np.cumsum(r_s))), np.concatenate(
-        ([0.0], np.cumsum(r_s * s_sorted)))
-    k = np.searchsorted(s_sorted, t, side="right")
-    started = cum_r_s[k] * t - cum_rs_s[k]
-    order_e = np.argsort(ends, kind="stable")
-    e_sorted, r_e = ends[order_e], rates[order_e]
-    cum_r_e, cum_re_e = np.concatenate(([0.0], np.cumsum(r_e))), np.concatenate(
-        ([0.0], np.cumsum(r_e * e_sorted)))
-    k = np.searchsorted(e_sorted, t, side="right")
-    ended = cum_r_e[k] * t - cum_re_e[k]
-    result: np.ndarray = started - ended
-    return result
+    """F(t) = bytes carried by all flows up to time t (piecewise-linear, vectorised): each
+    flow ramps up at its rate from its start and stops ramping at its end."""
+    return _ramps(starts, rates, t) - _ramps(ends, rates, t)
 
 
 def choose_busiest(totals: dict[int, float], links: Sequence[Any], top: int) -> list[int]:
