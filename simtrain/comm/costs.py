@@ -151,11 +151,6 @@ def hierarchical_all_reduce_time(
     return intra + ring_all_reduce_time(n / g, nodes, alpha_inter, b_inter)
 
 
-def point_to_point_time(n: float, alpha: float, bandwidth: float) -> float:
-    """One message: alpha + n/B."""
-    return alpha + n / bandwidth
-
-
 def dissemination_barrier_time(p: int, alpha: float) -> float:
     """Dissemination barrier (Hensgen et al. 1988): ceil(log2 P) rounds of empty messages."""
     return _log2(p) * alpha

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simtrain.workload.model import Layer, Param
+from simtrain.workload.model import Param
 
 DP_STREAM = "dp"
 
@@ -54,7 +54,3 @@ def assign_buckets(
         buckets.append(Bucket(len(buckets), tuple(current), size))
     return buckets
 
-
-def registered_params(layers: Sequence[Layer]) -> list[Param]:
-    """All parameters in registration (module) order."""
-    return [p for layer in layers for op in layer.ops for p in op.params]
