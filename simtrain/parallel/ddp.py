@@ -53,4 +53,3 @@ def assign_buckets(
     if current:
         buckets.append(Bucket(len(buckets), tuple(current), size))
     return buckets
-
