@@ -63,6 +63,9 @@ def _summary_table(summary: dict[str, Any]) -> Table:
         rows.append(("pipeline bubble", f"{summary['bubble_fraction']:.1%}"))
     if isinstance(summary.get("peak_memory_gib"), int | float):
         rows.append(("peak memory (per GPU)", f"{summary['peak_memory_gib']:,.1f} GiB"))
+    if isinstance(summary.get("measured_compute"), dict):
+        rows.append(("compute from measured tables",
+                     f"{summary['measured_compute']['measured_fraction']:.1%}"))
     rows += [
         ("bytes communicated per GPU", fmt_bytes(summary["comm_bytes_per_gpu"])),
         ("parameters", f"{summary['parameters'] / 1e9:.3f} B"),

@@ -266,6 +266,10 @@ def load_scenario(source: str | Path | Mapping[str, Any],
         scenario = Scenario.model_validate(src.data)
     except ValidationError as exc:
         raise _describe(src, exc) from None
+    if scenario.compute.tables:  # paths relative to the scenario file, checked now
+        from simtrain.workload.tables import resolve_tables
+        base = Path.cwd() if isinstance(source, Mapping) else Path(source).parent
+        scenario.compute.tables = resolve_tables(scenario.compute.tables, base)
     _check(src, scenario)
     return scenario
 

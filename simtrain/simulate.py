@@ -33,6 +33,7 @@ from simtrain.workload.memory import (
     model_state_bytes,
 )
 from simtrain.workload.model import model_flops_per_step, num_parameters
+from simtrain.workload.tables import measured_share
 
 
 @dataclass
@@ -256,6 +257,11 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
         "fidelity": "symmetric" if graph.virtual else "explicit",
         "network": sim.network,
     }
+    if scenario.compute.tables:  # how much of the compute the measured tables supplied
+        summary["measured_compute"] = measured_share(
+            (u for chunks in plan.units for units in chunks for u in units), cluster.gpu_spec,
+            scenario.compute.tables, scenario.training.dtype,
+            lambda op: op_time(op, cluster.gpu_spec, scenario.compute, scenario.training.dtype))
     return SimulationResult(scenario, cluster, graph, timeline, summary)
 
 

@@ -104,6 +104,9 @@ class ComputeConfig(BaseModel):
 
     # Host overhead per step in seconds (None: per-arch default, STEP_OVERHEAD).
     step_overhead: Seconds | None = Field(None, ge=0.0)
+    # Measured per-op efficiency tables (simtrain.workload.tables), consulted before the
+    # roofline; paths relative to the scenario file.
+    tables: list[str] = Field(default_factory=list)
 
     @field_validator("gemm_efficiency", "attention_efficiency", "memory_efficiency")
     @classmethod
@@ -178,6 +181,11 @@ def op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, dtype: str = "bf16") -> fl
     """
     if op.flops < 0 or op.bytes < 0:
         raise ValueError(f"op {op.name!r} has negative flops {op.flops} or bytes {op.bytes}")
+    if cfg.tables:  # measured kernel times first (simtrain.workload.tables)
+        from simtrain.workload.tables import measured_time
+        measured = measured_time(op, gpu, cfg.tables, dtype)
+        if measured is not None:
+            return measured + cfg.launch_overhead
     if op.kind == "gemm":
         if op.gemm_shape is None:
             raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
