@@ -366,6 +366,7 @@ def _register_extensions() -> None:
     """Commands that live in their own modules: collective, sweep, plan, validate, calibrate."""
     from simtrain.cli_calibrate import register as register_calibrate
     from simtrain.cli_collective import register as register_collective
+    from simtrain.cli_ingest import register as register_ingest
     from simtrain.cli_plan import register as register_plan
     from simtrain.cli_sweep import register as register_sweep
     from simtrain.cli_validate import register as register_validate
@@ -375,6 +376,7 @@ def _register_extensions() -> None:
     register_plan(app)
     register_validate(app)
     register_calibrate(app)
+    register_ingest(app)
 
 
 _register_extensions()

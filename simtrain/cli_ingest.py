@@ -1,0 +1,121 @@
+"""``simtrain import-trace``: a PyTorch profiler trace in, an efficiency table and a
+measured collective table out (registered on the main app)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simtrain.cli_errors import fail
+from simtrain.ingest import IngestError
+from simtrain.units import fmt_seconds
+
+EPILOG = (
+    "Examples:\n\n"
+    "  simtrain import-trace rank0.pt.trace.json.gz\n\n"
+    "  simtrain import-trace trace.json --step 12 --gpu h100-sxm --out tables/llama\n\n"
+    "Then put the table in a scenario: compute: {tables: [tables/llama.ops.yaml]}. "
+    "Exit status: 0 ok, 2 bad input, 1 anything else."
+)
+_SUFFIXES = (".json.gz", ".json", ".gz")
+
+
+def default_prefix(trace: Path) -> Path:
+    """``trace`` without its .json/.json.gz (and .pt.trace) suffixes."""
+    name = trace.name
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return trace.with_name(name.removesuffix(".pt.trace"))
+
+
+def resolve_gpu(names: list[str], given: str | None, trace: Path) -> str:
+    """The catalogue GPU of a trace: ``--gpu`` or its deviceProperties name."""
+    from simtrain.hardware.gpus import GPUS
+    from simtrain.ingest.classify import gpu_from_device_name
+
+    if given is not None:
+        if given.lower() not in GPUS:
+            raise IngestError(trace, f"--gpu {given!r} is not in the catalogue; expected one "
+                              f"of {', '.join(GPUS)}")
+        return given.lower()
+    for name in names:
+        if (gpu := gpu_from_device_name(name)) is not None:
+            return gpu
+    seen = f"device names {names}" if names else "no deviceProperties"
+    raise IngestError(trace, f"cannot tell the GPU ({seen}); pass --gpu, one of "
+                      f"{', '.join(GPUS)}")
+
+
+def import_trace(
+    trace: Annotated[Path, typer.Argument(help="Kineto/Chrome trace JSON (.json or .json.gz)")],
+    step: Annotated[int | None, typer.Option(
+        "--step", help="only kernels launched in ProfilerStep#N (default: all steps)")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        "--gpu", help="catalogue GPU (default: from the trace's deviceProperties)")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="output prefix: writes PREFIX.ops.yaml and PREFIX.collectives.yaml "
+                      "(default: the trace's path without .json)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Build an efficiency table and a collective table from a PyTorch profiler trace."""
+    from simtrain.ingest.collectives import write_collectives
+    from simtrain.ingest.kineto import read_trace
+    from simtrain.ingest.measure import measure
+    from simtrain.workload.tables import write_table
+
+    try:
+        data = read_trace(trace)
+        name = resolve_gpu(data.device_names, gpu, trace)
+        kernels = data.step_kernels(step)
+    except IngestError as exc:
+        raise fail(str(exc)) from None
+    result = measure(kernels, data.ops, name)
+    prefix = out or default_prefix(trace)
+    ops_path = prefix.with_name(prefix.name + ".ops.yaml")
+    comm_path = prefix.with_name(prefix.name + ".collectives.yaml")
+    source = f"simtrain import-trace {trace.name}" + (f" --step {step}" if step else "")
+    write_table(ops_path, result.rows, source)
+    write_collectives(comm_path, result.collectives, source)
+    summary: dict[str, Any] = {
+        "trace": str(trace), "gpu": name, "events": data.events, "kernels": len(kernels),
+        "steps": sorted(data.steps), "step": step,
+        "time_by_category_s": result.time_by_category,
+        "count_by_category": result.count_by_category,
+        "missing_shapes": result.missing_shapes,
+        "unknown_kernels": dict(result.unknown.most_common(20)),
+        "rows": len(result.rows), "collectives": len(result.collectives),
+        "ops_table": str(ops_path), "collective_table": str(comm_path),
+    }
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return
+    _print(summary)
+
+
+def _print(summary: dict[str, Any]) -> None:
+    out = Console() if Console().is_terminal else Console(width=140)
+    table = Table(title=f"import-trace · {summary['trace']} · {summary['gpu']}")
+    for column in ("category", "kernels", "GPU time", "shapes missing"):
+        table.add_column(column, justify="left" if column == "category" else "right")
+    for cat, t in sorted(summary["time_by_category_s"].items(), key=lambda kv: -kv[1]):
+        table.add_row(cat, str(summary["count_by_category"][cat]), fmt_seconds(t),
+                      str(summary["missing_shapes"].get(cat, 0)))
+    out.print(table)
+    if summary["unknown_kernels"]:
+        out.print("unknown kernels (not in the tables): " + "; ".join(
+            f"{n[:60]} {fmt_seconds(t)}" for n, t in summary["unknown_kernels"].items()))
+    out.print(f"wrote {summary['rows']} op rows to {summary['ops_table']} and "
+              f"{summary['collectives']} collective rows to {summary['collective_table']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the commands to the main app."""
+    app.command("import-trace", epilog=EPILOG)(import_trace)
