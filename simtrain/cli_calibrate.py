@@ -47,8 +47,14 @@ def calibrate(
         "--write", help="write the fitted compute: sections, per architecture, as YAML")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the fit as JSON")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress lines")] = False,
+    nccl_tests: Annotated[list[Path] | None, typer.Option(
+        "--nccl-tests", help="instead: fit collective latency and bus bandwidth per size "
+                             "range to nccl-tests stdout logs; repeat")] = None,
 ) -> None:
     """Fit the compute model's per-GPU parameters to measured step times."""
+    if nccl_tests:  # simtrain.ingest.nccl_fit (docs/ingest.md)
+        from simtrain.cli_ingest import calibrate_nccl
+        return calibrate_nccl(nccl_tests, write, as_json)
     from simtrain.calibration import DEFAULT_PARAMS, check_params, fit, observations
     from simtrain.validation import SCENARIO_SUITES, suite_path
 

@@ -116,6 +116,51 @@ def _print(summary: dict[str, Any]) -> None:
               f"{summary['collectives']} collective rows to {summary['collective_table']}")
 
 
+def calibrate_nccl(logs: list[Path], write: Path | None, as_json: bool) -> None:
+    """``simtrain calibrate --nccl-tests LOG...``: fit and report each log's sweep."""
+    from simtrain.ingest.nccl_fit import fit_sweep, fits_payload
+    from simtrain.ingest.nccl_tests import parse_log
+    from simtrain.workload.tables import atomic_write
+
+    try:
+        fits = [fit_sweep(parse_log(log)) for log in logs]
+    except ValueError as exc:  # IngestError included
+        raise fail(str(exc)) from None
+    payload = fits_payload(fits)
+    if write is not None:
+        import io
+
+        from ruamel.yaml import YAML
+
+        buf = io.StringIO()
+        yaml = YAML(typ="safe")
+        yaml.default_flow_style = None
+        yaml.dump({"nccl_tests_fits": payload}, buf)
+        atomic_write(write, buf.getvalue())
+    if as_json:
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    out = Console() if Console().is_terminal else Console(width=140)
+    for fit in fits:
+        ranges = "; ".join(f"{s.lo / 2**20:g}-{s.hi / 2**20:g} MiB: {s.latency * 1e6:.1f} us, "
+                           f"{s.busbw / 1e9:.1f} GB/s" for s in fit.segments)
+        table = Table(title=f"{fit.sweep.op} · {fit.sweep.nranks} ranks on {fit.sweep.nodes} "
+                            f"node(s) ({fit.level}) · {Path(fit.sweep.path).name}",
+                      caption=f"alpha + S·F/busbw per size range: {ranges}; worst busbw "
+                              f"error {fit.max_error():.1%}")
+        for column in ("size", "measured busbw (GB/s)", "fitted busbw (GB/s)", "error",
+                       "in-place error"):
+            table.add_column(column, justify="right")
+        index = {s: i for i, s in enumerate(fit.sweep.sizes)}
+        for size, err, check in zip(fit.sizes, fit.errors, fit.check_errors, strict=True):
+            measured = fit.sweep.busbw_oop[index[size]] / 1e9
+            table.add_row(f"{size / 2**20:g} MiB", f"{measured:.2f}",
+                          f"{measured * (1 + err):.2f}", f"{err:+.1%}", f"{check:+.1%}")
+        out.print(table)
+    if write is not None:
+        out.print(f"wrote {write}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the commands to the main app."""
     app.command("import-trace", epilog=EPILOG)(import_trace)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from simtrain.ingest import IngestError
 
 CHUNK = 1 << 20  # characters read per refill
 _WS = " \t\n\r"
+_SEPARATORS = re.compile(r"[ \t\n\r,]*")
 _EXPECTED = ("expected a Chrome/Kineto trace (a JSON object with 'traceEvents', or a JSON "
              "array of events), plain or .gz")
 
@@ -147,17 +149,29 @@ class TraceEvents:
             raise IngestError(self.path, f"no 'traceEvents' key; {_EXPECTED}")
 
     def _array(self) -> Iterator[dict[str, Any]]:
+        """Elements of the array whose '[' is at the cursor, decoded a buffer at a time."""
         self._pos += 1
+        skip, decode = _SEPARATORS.match, self._decoder.raw_decode
         while True:
-            char = self._peek()
-            if char == "]":
-                self._pos += 1
-                return
-            if char == ",":
-                self._pos += 1
-                continue
-            if char == "":
-                self._fail("truncated trace: the event array is not closed")
-            value = self._value()
-            if isinstance(value, dict):
-                yield value
+            buf, pos, n = self._buf, self._pos, len(self._buf)
+            while True:
+                pos = skip(buf, pos).end()  # type: ignore[union-attr]
+                if pos >= n:
+                    break
+                if buf[pos] == "]":
+                    self._pos = pos + 1
+                    return
+                try:
+                    value, end = decode(buf, pos)
+                except json.JSONDecodeError:
+                    break  # cut by the chunk boundary (or invalid: decided at end of file)
+                if end >= n and not self._eof:
+                    break  # a number at the very end may continue in the next chunk
+                pos = end
+                if type(value) is dict:
+                    yield value
+            self._pos = pos
+            if not self._fill():
+                if self._pos >= len(self._buf):
+                    self._fail("truncated trace: the event array is not closed")
+                self._value()  # raises with the position of the invalid JSON

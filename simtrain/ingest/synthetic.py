@@ -142,3 +142,24 @@ def write_nccl_tests_log(path: Path, binary: str, rows: Sequence[tuple[float, fl
     lines += ["# Out of bounds values : 0 OK",
               f"# Avg bus bandwidth    : {total / len(rows):.4f} ", "#", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def write_reference_logs(data: Path, out_dir: Path) -> list[Path]:
+    """Write each sweep of ``data`` (tests/ingest/data/*.yaml: per sweep ranks, nodes and
+    rows [bytes, out-of-place time us, in-place busbw GB/s]) as an all_reduce_perf log."""
+    from ruamel.yaml import YAML
+
+    doc = YAML(typ="safe").load(data.read_text(encoding="utf-8"))
+    paths = []
+    for name, sweep in doc["sweeps"].items():
+        n = sweep["ranks"]
+        factor = busbw_factor("all_reduce", n)
+        rows = [(float(b), float(t)) for b, t, _ in sweep["rows"]]
+        # in-place time from its busbw (t = S·F / busbw); the out-of-place one where the
+        # source printed 0.00 GB/s
+        inplace = [b * factor / (bw * 1e9) * 1e6 if bw > 0 else t
+                   for b, t, bw in sweep["rows"]]
+        path = out_dir / f"all_reduce_perf_{name}.log"
+        write_nccl_tests_log(path, "all_reduce_perf", rows, n, sweep["nodes"], inplace)
+        paths.append(path)
+    return paths
