@@ -161,6 +161,29 @@ def calibrate_nccl(logs: list[Path], write: Path | None, as_json: bool) -> None:
         out.print(f"wrote {write}")
 
 
+def compare_trace(
+    trace: Annotated[Path, typer.Argument(help="Kineto/Chrome trace JSON (.json or .json.gz)")],
+    scenario: Annotated[Path, typer.Argument(help="the scenario that models the traced run")],
+    step: Annotated[int | None, typer.Option(
+        "--step", help="ProfilerStep#N to compare (default: the last one in the trace)")] = None,
+    rank: Annotated[int, typer.Option("--rank", help="simulated rank the trace is of")] = 0,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="override a scenario field: dotted.key=value (repeatable)")] = None,
+    report: Annotated[Path, typer.Option(help="HTML page with both Gantt charts")] = Path(
+        "reports/compare-trace.html"),
+    no_report: Annotated[bool, typer.Option("--no-report", help="write no HTML")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
+) -> None:
+    """Compare a measured step (profiler trace) with the simulated one."""
+    from simtrain.cli_compare_trace import run_compare_trace
+
+    run_compare_trace(trace, scenario, step=step, rank=rank, overrides=set_ or [],
+                      report=None if no_report else report, as_json=as_json)
+
+
 def register(app: typer.Typer) -> None:
     """Add the commands to the main app."""
     app.command("import-trace", epilog=EPILOG)(import_trace)
+    app.command("compare-trace", epilog=(
+        "Example:\n\n  simtrain compare-trace rank0.pt.trace.json.gz scenarios/quickstart.yaml "
+        "--step 5\n\nExit status: 0 ok, 2 bad input, 1 anything else."))(compare_trace)
