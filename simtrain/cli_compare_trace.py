@@ -150,6 +150,10 @@ def _print(payload: dict[str, Any]) -> None:
         ops.add_row(o["kind"], str(tuple(int(v) for v in o["size"])),
                     fmt_seconds(o["measured_s"]), fmt_seconds(o["simulated_s"]),
                     f"{o['relative']:+.1%}")
-    out.print(ops)
+    if payload["ops"]:
+        out.print(ops)
+    else:
+        out.print("no op of the trace matches a simulated op by size (GEMM m, n, k; attention "
+                  "FLOPs; bytes): is the scenario the traced run?")
     if "report" in payload:
         out.print(f"report: {payload['report']}")

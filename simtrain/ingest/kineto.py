@@ -86,14 +86,20 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def read_trace(path: Path) -> KinetoTrace:
-    """Stream ``path`` (plain or gzip) into a KinetoTrace; IngestError if it holds no kernels."""
+def scan_trace(path: Path) -> KinetoTrace:
+    """Stream ``path`` (plain or gzip) into a KinetoTrace, kernels or not."""
     trace = KinetoTrace(path)
     events = TraceEvents(path)
     _collect(trace, events)
     for dev in events.meta.get("deviceProperties", []) or []:
         if isinstance(dev, dict) and isinstance(dev.get("name"), str):
             trace.device_names.append(dev["name"])
+    return trace
+
+
+def read_trace(path: Path) -> KinetoTrace:
+    """``scan_trace``, with an IngestError if the trace holds no GPU kernels."""
+    trace = scan_trace(path)
     if not trace.kernels:
         raise IngestError(path, f"no GPU kernel events (cat 'kernel') among {trace.events} "
                           "events; expected a torch.profiler trace recorded with "
