@@ -90,7 +90,7 @@ def import_trace(
         "time_by_category_s": result.time_by_category,
         "count_by_category": result.count_by_category,
         "missing_shapes": result.missing_shapes,
-        "unknown_kernels": dict(result.unknown.most_common(20)),
+        "unknown_kernels": dict(sorted(result.unknown.items(), key=lambda kv: -kv[1])[:20]),
         "rows": len(result.rows), "collectives": len(result.collectives),
         "ops_table": str(ops_path), "collective_table": str(comm_path),
     }

@@ -36,8 +36,9 @@ def open_text(path: Path) -> IO[str]:
         raise IngestError(path, f"cannot read: {exc.strerror}") from None
     magic = raw.read(2)
     raw.seek(0)
-    stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
-    return io.TextIOWrapper(stream, encoding="utf-8")
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8")
+    return io.TextIOWrapper(raw, encoding="utf-8")
 
 
 class TraceEvents:
@@ -119,7 +120,7 @@ class TraceEvents:
             elif first == "{":
                 yield from self._object()
             else:
-                self._fail(f"starts with {first or 'nothing'!r}")
+                self._fail(f"starts with {first!r}" if first else "the file is empty")
             if self._peek() != "":
                 self._fail("data after the end of the trace")
 

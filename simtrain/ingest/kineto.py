@@ -26,6 +26,12 @@ from simtrain.ingest import IngestError
 from simtrain.ingest.jsonstream import TraceEvents
 
 US = 1e-6
+# Event categories by Kineto version: PyTorch >= 1.11 writes the lower-case names, 1.8-1.10
+# wrote "Kernel", "Operator" and "Runtime".
+_CATEGORY = {"kernel": "kernel", "Kernel": "kernel", "cpu_op": "cpu_op", "Operator": "cpu_op",
+             "cuda_runtime": "runtime", "cuda_driver": "runtime", "Runtime": "runtime",
+             "gpu_memcpy": "memcpy", "gpu_memset": "memcpy", "Memcpy": "memcpy",
+             "Memset": "memcpy"}
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _COMM_KEYS = ("In msg nelems", "Out msg nelems", "Group size", "dtype")
 
@@ -113,14 +119,15 @@ def _collect(trace: KinetoTrace, events: Iterable[dict[str, Any]]) -> None:
     n = 0
     for ev in events:
         n += 1
-        cat = ev.get("cat")
         if ev.get("ph") != "X" or "dur" not in ev:
             continue
+        cat = _CATEGORY.get(str(ev.get("cat")), "")
         args = ev.get("args") or {}
         if cat == "kernel":
+            ext = args.get("External id", args.get("external id"))
             kernels.append(Kernel(intern(str(ev.get("name", ""))), float(ev["ts"]) * US,
                                   float(ev["dur"]) * US, _int(args.get("device")) or 0,
-                                  _int(args.get("stream")) or 0, _int(args.get("External id")),
+                                  _int(args.get("stream")) or 0, _int(ext),
                                   _int(args.get("correlation"))))
         elif cat == "cpu_op":
             name = str(ev.get("name", ""))
@@ -131,11 +138,11 @@ def _collect(trace: KinetoTrace, events: Iterable[dict[str, Any]]) -> None:
                                  tuple(intern(str(t)) for t in args.get("Input type", ())),
                                  comm)
             _step(steps, name, ev)
-        elif cat in ("cuda_runtime", "cuda_driver"):
+        elif cat == "runtime":
             corr = _int(args.get("correlation"))
             if corr is not None:
                 launches[corr] = float(ev["ts"]) * US
-        elif cat in ("gpu_memcpy", "gpu_memset"):
+        elif cat == "memcpy":
             trace.memcpy += 1
         else:
             _step(steps, str(ev.get("name", "")), ev)

@@ -56,7 +56,7 @@ class Measured:
     time_by_category: dict[str, float]
     count_by_category: dict[str, int]
     missing_shapes: dict[str, int]
-    unknown: Counter[str] = field(default_factory=Counter)  # kernel name -> seconds
+    unknown: dict[str, float] = field(default_factory=dict)  # kernel name -> seconds
     op_instances: list[tuple[str, tuple[float, ...], float, str]] = field(default_factory=list)
 
 
@@ -92,10 +92,10 @@ def measure(kernels: Sequence[Kernel], ops: dict[int, CpuOp], gpu: str,
     time_by: dict[str, float] = defaultdict(float)
     count_by: dict[str, int] = defaultdict(int)
     missing: dict[str, int] = defaultdict(int)
-    unknown: Counter[str] = Counter()
+    unknown: dict[str, float] = defaultdict(float)
     # (category, ext id) -> [time, first kernel, cpu op]
     instances: dict[tuple[str, int], list[Any]] = {}
-    comm: dict[tuple[str, float, int, str], list[float]] = {}
+    comm: dict[tuple[str, float, int, str], list[Any]] = {}  # -> [seconds, count]
     for k in kernels:
         cpu = ops.get(k.ext) if k.ext is not None else None
         cat = kernel_category(k.name, cpu.name if cpu else "")
@@ -110,13 +110,13 @@ def measure(kernels: Sequence[Kernel], ops: dict[int, CpuOp], gpu: str,
             continue
         if cat == "nccl":
             op, algo = nccl_op(k.name)
-            size = _comm_size(op, cpu) if cpu else None
-            if size is None:
+            message = _comm_size(op, cpu) if cpu else None
+            if message is None:
                 missing[cat] += 1
                 continue
-            acc = comm.setdefault((op, size[0], size[1], algo), [0.0, 0])
-            acc[0] += k.dur
-            acc[1] += 1
+            calls = comm.setdefault((op, message[0], message[1], algo), [0.0, 0])
+            calls[0] += k.dur
+            calls[1] += 1
             continue
         if cpu is None or k.ext is None:
             missing[cat] += 1
@@ -124,7 +124,7 @@ def measure(kernels: Sequence[Kernel], ops: dict[int, CpuOp], gpu: str,
         inst = instances.setdefault((cat, k.ext), [0.0, k, cpu])
         inst[0] += k.dur
     groups: dict[tuple[str, tuple[float, ...], str], list[Any]] = {}
-    op_instances = []
+    op_instances: list[tuple[str, tuple[float, ...], float, str]] = []
     for (cat, _ext), (t, k, cpu) in instances.items():
         size = _size(cat, k, cpu)
         if size is None:
@@ -142,4 +142,4 @@ def measure(kernels: Sequence[Kernel], ops: dict[int, CpuOp], gpu: str,
     collectives = [Collective(op, b, g, t / n, n, algo)
                    for (op, b, g, algo), (t, n) in sorted(comm.items())]
     return Measured(rows, collectives, dict(time_by), dict(count_by), dict(missing),
-                    unknown, op_instances)
+                    dict(unknown), op_instances)

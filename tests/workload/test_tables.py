@@ -156,3 +156,23 @@ def test_cli_reports_a_bad_table_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", str(_scenario(tmp_path, "t.yaml"))])
     assert result.exit_code == 2
     assert "t.yaml:2: row 1: m: required" in result.output.replace("\n", "")
+
+
+def test_measured_share_counts_forward_and_backward_ops(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from simtrain.parallel.shard import Compute
+    from simtrain.workload.tables import measured_share
+
+    # the table has the GEMM (64, 32, 16), its dgrad (64, 16, 32) and wgrad (32, 16, 64);
+    # the norm (forward and backward) is left to the roofline
+    (tmp_path / "t.yaml").write_text(
+        "gpu: h100-sxm\nrows:\n" + "".join(
+            f"  - {{op: gemm, m: {m}, n: {n}, k: {k}, time_s: 1.0e-6}}\n"
+            for m, n, k in ((64, 32, 16), (64, 16, 32), (32, 16, 64))))
+    units = [SimpleNamespace(steps=[Compute(_gemm(64, 32, 16)), Compute(_mem("norm", 1e3))])]
+    # time_of: 3 s per GEMM, 1 s per norm -> measured 3·3 = 9 s of 9 + 2·1 = 11 s: 9/11
+    note = measured_share(units, H100, [str(tmp_path / "t.yaml")], "bf16",
+                          lambda op: 3.0 if op.kind == "gemm" else 1.0)
+    assert note["measured_fraction"] == pytest.approx(9 / 11)
+    assert (note["measured_ops"], note["modelled_ops"]) == (3, 2)
