@@ -81,7 +81,7 @@ def import_trace(
     prefix = out or default_prefix(trace)
     ops_path = prefix.with_name(prefix.name + ".ops.yaml")
     comm_path = prefix.with_name(prefix.name + ".collectives.yaml")
-    source = f"simtrain import-trace {trace.name}" + (f" --step {step}" if step else "")
+    source = f"simtrain import-trace {trace.name}" + (f" --step {step}" if step is not None else "")
     write_table(ops_path, result.rows, source)
     write_collectives(comm_path, result.collectives, source)
     summary: dict[str, Any] = {

@@ -2,11 +2,13 @@
 
 Kernel names (the strings CUDA libraries give their kernels): cuBLAS/cuBLASLt
 (``sm90_xmma_gemm_*``, ``ampere_bf16_s16816gemm_*``, ``nvjet_*``, ``*gemm*``), CUTLASS
-(``cutlass::Kernel*``), FlashAttention (``flash_fwd_*``, ``flash_bwd_*``), cuDNN/PyTorch
-fused attention (``fmha_*``, ``*sdpa*``), NCCL (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``
-from NCCL 2.19, ``ncclKernel_AllReduce_RING_LL_Sum_bfloat16`` before), and PyTorch's ATen
-kernels for memory-bound work. A kernel no rule knows is "unknown": counted and listed by
-the importer, never an error.
+(``cutlass::Kernel*``), TorchInductor's template matmuls (``triton_tem_*``; its other
+``triton_*`` kernels count as elementwise), FlashAttention (``flash_fwd_*``,
+``flash_bwd_*``), cuDNN/PyTorch fused attention (``fmha_*``, ``*sdpa*``), NCCL
+(``ncclDevKernel_AllReduce_Sum_bf16_RING_LL`` from NCCL 2.19,
+``ncclKernel_AllReduce_RING_LL_Sum_bfloat16`` before), and PyTorch's ATen kernels for
+memory-bound work. A kernel no rule knows is "unknown": counted and listed by the
+importer, never an error.
 
 Sizes follow simtrain.workload.model's conventions, so a table row matches the op the
 simulator asks for: GEMM (m, n, k, batch) with C[m, n] = A[m, k]·B[k, n]; attention as
@@ -28,7 +30,7 @@ _NAME_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (cat, re.compile(pattern)) for cat, pattern in (
         ("nccl", r"^nccl"),
         ("attention", r"flash|fmha|sdpa|attention|fort_native_sdpa"),
-        ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|s16816|s1688|wgmma"),
+        ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|s16816|s1688|wgmma|triton_tem"),
         ("norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm"),
         ("softmax", r"softmax"),
         ("loss", r"nll_loss|cross_entropy|log_softmax"),

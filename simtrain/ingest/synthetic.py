@@ -50,7 +50,7 @@ def write_kineto_trace(path: Path, ops: Sequence[SynthOp], steps: int = 1,
     launch their kernels 1 us in. ``compress`` defaults to a ``.gz`` suffix.
     """
     compress = path.suffix == ".gz" if compress is None else compress
-    raw = gzip.open(path, "wt", encoding="utf-8") if compress else path.open(
+    raw = gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if compress else path.open(
         "w", encoding="utf-8")
     with raw as out:
         out.write('{\n"schemaVersion": 1,\n"deviceProperties": [\n  ')

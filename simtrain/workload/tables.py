@@ -201,16 +201,24 @@ def _load_file(path: str, _mtime: float, _size: int) -> tuple[Row, ...]:
 
 
 def load_table(paths: Sequence[str | Path]) -> Table:
-    """All rows of ``paths`` (YAML or CSV); ScenarioError naming file and row if bad."""
-    rows: list[Row] = []
+    """All rows of ``paths`` (YAML or CSV); ScenarioError naming file and row if bad.
+
+    Tables are parsed and indexed once per file version (path, mtime, size)."""
+    keys = []
     for p in paths:
         try:
             st = os.stat(p)
         except OSError as exc:
             raise ScenarioError(f"cannot read efficiency table: {exc.strerror}",
                                 source=str(p)) from None
-        rows.extend(_load_file(str(p), st.st_mtime, st.st_size))
-    return Table(tuple(str(p) for p in paths), rows)
+        keys.append((str(p), st.st_mtime, st.st_size))
+    return _indexed(tuple(keys))
+
+
+@lru_cache(maxsize=16)
+def _indexed(keys: tuple[tuple[str, float, int], ...]) -> Table:
+    rows = [row for key in keys for row in _load_file(*key)]
+    return Table(tuple(k[0] for k in keys), rows)
 
 
 def resolve_tables(paths: Sequence[str], base: Path) -> list[str]:
