@@ -66,9 +66,8 @@ def import_trace(
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
     """Build an efficiency table and a collective table from a PyTorch profiler trace."""
-    from simtrain.ingest.collectives import write_collectives
     from simtrain.ingest.kineto import read_trace
-    from simtrain.ingest.measure import measure
+    from simtrain.ingest.measure import measure, write_collectives
     from simtrain.workload.tables import write_table
 
     try:

@@ -9,10 +9,14 @@ are averaged into one row whose ``count`` says how many were measured.
 
 from __future__ import annotations
 
+import io
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from ruamel.yaml import YAML
 
 from simtrain.comm.model import busbw_factor
 from simtrain.ingest.classify import (
@@ -25,7 +29,7 @@ from simtrain.ingest.classify import (
     tensor_bytes,
 )
 from simtrain.ingest.kineto import CpuOp, Kernel
-from simtrain.workload.tables import MEMORY_KINDS, Row
+from simtrain.workload.tables import MEMORY_KINDS, Row, atomic_write
 
 _COMM_DTYPE = {"bfloat16": 2, "half": 2, "float": 4, "float16": 2, "float32": 4,
                "double": 8, "long": 8, "int": 4, "byte": 1, "char": 1}
@@ -143,3 +147,19 @@ def measure(kernels: Sequence[Kernel], ops: dict[int, CpuOp], gpu: str,
                    for (op, b, g, algo), (t, n) in sorted(comm.items())]
     return Measured(rows, collectives, dict(time_by), dict(count_by), dict(missing),
                     dict(unknown), op_instances)
+
+
+def write_collectives(path: Path, rows: Sequence[Collective], source: str = "") -> None:
+    """Write the measured collective table atomically as YAML: op, bytes (nccl-tests
+    "size"), group_size, time_s, algbw and busbw (GB/s, 1e9 B/s, as nccl-tests prints
+    them), count, algorithm."""
+    records = [{"op": c.op, "bytes": c.bytes, "group_size": c.group_size,
+                "time_s": c.time_s, "algbw_gbps": round(c.bytes / c.time_s / 1e9, 4),
+                "busbw_gbps": round(c.busbw() / 1e9, 4), "count": c.count,
+                "algorithm": c.algorithm} for c in rows]
+    buf = io.StringIO()
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = None
+    yaml.width = 4096
+    yaml.dump({"source": source, "rows": records}, buf)
+    atomic_write(path, buf.getvalue())
