@@ -10,7 +10,7 @@ memory-bound ops by bytes, collectives by op and message bytes.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +28,10 @@ _COMM_WORDS = {"all_reduce": ("allreduce", "all_reduce", "all-reduce", "ddp buck
 
 
 def measured_timeline(kernels: Sequence[Kernel], ops: dict[int, CpuOp], rank: int) -> Timeline:
-    """The kernels as one rank's spans, shifted so the first kernel starts at 0."""
+    """The kernels as one rank's spans, shifted so the first kernel starts at 0; a trace of
+    several GPUs contributes the one with the most kernels."""
+    device = Counter(k.device for k in kernels).most_common(1)[0][0]
+    kernels = [k for k in kernels if k.device == device]
     t0 = min(k.ts for k in kernels)
     timeline = Timeline(num_ranks=rank + 1)
     for k in sorted(kernels, key=lambda k: (k.ts, k.stream)):
