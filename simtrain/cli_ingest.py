@@ -20,7 +20,7 @@ EPILOG = (
     "Examples:\n\n"
     "  simtrain import-trace rank0.pt.trace.json.gz\n\n"
     "  simtrain import-trace trace.json --step 12 --gpu h100-sxm --out tables/llama\n\n"
-    "Then put the table in a scenario: compute: {tables: [tables/llama.ops.yaml]}. "
+    "Then list tables/llama.ops.yaml under compute.tables in a scenario (docs/ingest.md). "
     "Exit status: 0 ok, 2 bad input, 1 anything else."
 )
 _SUFFIXES = (".json.gz", ".json", ".gz")
