@@ -21,14 +21,25 @@ from dataclasses import dataclass, field
 US = 1e-6
 PROTOCOLS = ("LL", "LL128", "Simple")
 
-# tuning.cc baseLat[algo][proto] (us), NCCL 2.30.7. Other algorithms use the ring's row.
-_NCCL_BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}
-# tuning.cc hwLat[link][algo][proto] (us): per step over NVLink, PCIe, network.
+# tuning.cc baseLat[algo][proto] (us), NCCL 2.30.7. Other algorithms use the ring's row;
+# NVLS and CollNet (in-network reduction) have no base latency, only their hw rows.
+_NCCL_BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
+              "collnet": (0.0, 0.0, 0.0)}
+# tuning.cc hwLat[link][algo][proto] (us): per step over NVLink, PCIe, network. collnet is
+# NCCL's collnet_direct row; NVLS and CollNet implement only the Simple protocol.
 _NCCL_HW = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
-    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0),
+               "collnet": (0.0, 0.0, 3.7)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0),
+            "collnet": (0.0, 0.0, 3.7)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
+            "collnet": (0.0, 0.0, 31.0)},
 }
+# tuning.cc nvlsEfficiency by arch: the share of NVLink payload bandwidth NVSwitch
+# multimem reductions and multicasts reach (0 = no NVLink SHARP before Hopper).
+_NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+# Algorithms whose reduction happens in a switch; they run the Simple protocol only.
+IN_NETWORK = ("nvls", "collnet")
 # tuning.cc llMaxBws (GB/s) by GPU arch on one node; index by node count 1, 2, 4+.
 _NCCL_LL_MAX = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
                 "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
@@ -60,8 +71,9 @@ NCCL_TUNING = TuningTables(base_us=_NCCL_BASE, hop_us=_NCCL_HW, ll_max_gbps=_NCC
 
 
 def _family(algorithm: str) -> str:
-    """NCCL's tables have rows for tree and ring; every other algorithm uses the ring's."""
-    return "tree" if algorithm == "tree" else "ring"
+    """NCCL's tables have rows for tree, ring, NVLS and CollNet; every other algorithm uses
+    the ring's."""
+    return algorithm if algorithm in ("tree", "nvls", "collnet") else "ring"
 
 
 def link_class(kinds: set[str], same_server: bool) -> str:
@@ -107,6 +119,17 @@ class Backend:
             return max(route_latency, row[PROTOCOLS.index(protocol)] * US)
         return route_latency + self.step_overhead
 
+    def switch_latency(self, cls: str, algorithm: str, protocol: str) -> float:
+        """Alpha of an in-network reduction through a switch of link class ``cls``
+        ("nvlink" or "net"): NCCL's hwLat row for the algorithm (0 for other backends)."""
+        if self.tuning is None:
+            return self.launch_latency
+        return self.tuning.hop_us[cls][_family(algorithm)][PROTOCOLS.index(protocol)] * US
+
+    def supports(self, algorithm: str, protocol: str) -> bool:
+        """Whether ``algorithm`` runs with ``protocol`` (in-network ones: Simple only)."""
+        return protocol == "Simple" or algorithm not in IN_NETWORK
+
     # -- bandwidth -------------------------------------------------------------------------
     def efficiency(self, kind: str, arch: str) -> float:
         """Fraction of a link's line rate this backend's transfers reach."""
@@ -114,8 +137,11 @@ class Backend:
             return self.link_efficiency.get("nvlink", _NVLINK_EFFICIENCY.get(arch, 0.8))
         return self.link_efficiency.get(kind, 1.0)
 
-    def wire_factor(self, algorithm: str, protocol: str, nodes: int) -> float:
-        """Bytes on the wire per payload byte (the protocol's bandwidth cost)."""
+    def wire_factor(self, algorithm: str, protocol: str, nodes: int, arch: str = "") -> float:
+        """Bytes on the wire per payload byte (the protocol's bandwidth cost); for NVLS the
+        inverse of NVSwitch's multimem efficiency (tuning.cc nvlsEfficiency)."""
+        if algorithm == "nvls" and self.tuning is not None:
+            return 1 / _NVLS_EFFICIENCY.get(arch, 1.0)
         if protocol == "LL":
             return 3.8 if algorithm == "tree" else 2.0
         if protocol == "LL128":
@@ -137,9 +163,10 @@ class Backend:
 
 _ALL_ALGORITHMS = {
     "all_reduce": ("ring", "tree", "bidirectional_ring", "binomial", "recursive_doubling",
-                   "halving_doubling", "hierarchical", "ring_2d"),
-    "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling"),
-    "all_gather": ("ring", "bidirectional_ring", "recursive_doubling", "halving_doubling"),
+                   "halving_doubling", "hierarchical", "ring_2d", "nvls", "collnet"),
+    "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling", "nvls"),
+    "all_gather": ("ring", "bidirectional_ring", "recursive_doubling", "halving_doubling",
+                   "nvls"),
     "broadcast": ("ring", "binomial"),
     "reduce": ("ring", "binomial"),
     "scatter": ("direct", "binomial"),
@@ -154,12 +181,14 @@ NCCL = Backend(
     name="nccl",
     protocols=PROTOCOLS,
     algorithms=_ALL_ALGORITHMS,
-    # NCCL's tuner weighs ring against tree for all-reduce; other ops run rings (NVLS and
-    # CollNet need NVSwitch/SHARP hardware support and are not modelled). Its all-to-all
-    # and scatter/gather are grouped send/recv, all peers at once.
-    auto_algorithms={"all_reduce": ("ring", "tree"), "scatter": ("direct",),
-                     "gather": ("direct",), "all_to_all": ("direct",),
-                     "all_to_all_v": ("direct",)},
+    # NCCL's tuner weighs ring, tree, NVLS and CollNet for all-reduce, ring and NVLS for
+    # reduce-scatter and all-gather; the in-network ones only where the hardware reduces
+    # (an NVSwitch with NVLink SHARP, SHARP InfiniBand switches). Its all-to-all and
+    # scatter/gather are grouped send/recv, all peers at once.
+    auto_algorithms={"all_reduce": ("ring", "tree", "nvls", "collnet"),
+                     "reduce_scatter": ("ring", "nvls"), "all_gather": ("ring", "nvls"),
+                     "scatter": ("direct",), "gather": ("direct",),
+                     "all_to_all": ("direct",), "all_to_all_v": ("direct",)},
     link_efficiency=_LINK_EFFICIENCY,
     tuning=NCCL_TUNING,
 )
@@ -197,7 +226,10 @@ MPI = Backend(
     name="mpi",
     protocols=("Simple",),
     algorithms={**_ALL_ALGORITHMS, "all_reduce": ("recursive_doubling", "halving_doubling",
-                                                  "ring", "binomial")},
+                                                  "ring", "binomial"),
+                "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling"),
+                "all_gather": ("ring", "bidirectional_ring", "recursive_doubling",
+                               "halving_doubling")},
     auto_algorithms={},
     size_rules={
         "all_reduce": ((2048, "recursive_doubling"), (_INF, "halving_doubling"),

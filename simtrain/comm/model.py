@@ -75,6 +75,7 @@ class CommModel:
         self._choices: dict[tuple[object, ...], tuple[str, str, float]] = {}
         self._plans: dict[tuple[Call, str], Lowered] = {}
         self._predict = lru_cache(maxsize=4096)(self._predict_uncached)
+        self._unit_cost = lru_cache(maxsize=1024)(self._unit_cost_uncached)
 
     # -- latency ---------------------------------------------------------------------------
     def _hop(self, a: int, b: int, algorithm: str, protocol: str) -> float:
@@ -88,7 +89,11 @@ class CommModel:
         return self._lat_cache[key]
 
     def context(self, algorithm: str, protocol: str) -> Context:
-        return Context(self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol))
+        switch = getattr(self.fabric, "reducing_switch", None)  # preset clusters have it
+        return Context(
+            self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol),
+            reducer=lambda level, rank: None if switch is None else switch(rank, level),
+            switch_alpha=lambda cls: self.backend.switch_latency(cls, algorithm, protocol))
 
     def _nodes(self, ranks: Sequence[int]) -> int:
         return len({self.fabric.server_of(r) for r in ranks})
@@ -145,11 +150,27 @@ class CommModel:
         return cap
 
     def _predict_uncached(self, call: Call, algorithm: str, protocol: str) -> float:
+        """Idle-network time. Every lowering's flow bytes are proportional to n and its
+        latencies independent of n, so the transfer time is linear in n: it is computed
+        once per group, algorithm and protocol (per byte) and scaled, which makes a
+        size sweep on a 1,440-GPU rack cost one max-min solve per candidate."""
+        if call.splits is not None or call.nbytes <= 0:
+            fixed, transfer = self._cost(call, algorithm, protocol)
+            return fixed + transfer
+        fixed, per_byte = self._unit_cost(call.op, call.ranks, algorithm, protocol)
+        return fixed + per_byte * call.nbytes
+
+    def _unit_cost_uncached(self, op: str, ranks: tuple[int, ...], algorithm: str,
+                            protocol: str) -> tuple[float, float]:
+        return self._cost(Call(op, ranks, 1.0), algorithm, protocol)
+
+    def _cost(self, call: Call, algorithm: str, protocol: str) -> tuple[float, float]:
+        """(launch + alpha terms, transfer seconds) of ``call`` on an idle network."""
         phases = self._phases(call, algorithm, protocol)
         if not phases:
-            return 0.0
+            return 0.0, 0.0
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(algorithm, protocol, nodes)
+        wire = self.backend.wire_factor(algorithm, protocol, nodes, self.arch)
         route = self.fabric.route
         transfer = 0.0
         for ph in phases:
@@ -159,7 +180,7 @@ class CommModel:
                                       None if cap == float("inf") else [cap] * len(ph.flows),
                                       coupled=ph.coupled)
         latency = sum(ph.latency for ph in phases)
-        return self._launch(algorithm, protocol) + latency + transfer
+        return self._launch(algorithm, protocol) + latency, transfer
 
     def _launch(self, algorithm: str, protocol: str) -> float:
         if self.launch_override is not None:
@@ -200,7 +221,7 @@ class CommModel:
     def _plan(self, call: Call, algorithm: str) -> Lowered:
         name, protocol, t = self.choose(call, algorithm)
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(name, protocol, nodes)
+        wire = self.backend.wire_factor(name, protocol, nodes, self.arch)
         phases = self._phases(call, name, protocol)
         return Lowered(
             algorithm=name,
@@ -219,6 +240,10 @@ class CommModel:
         errors = []
         for name in algos:
             for protocol in protos:
+                if not self.backend.supports(name, protocol):
+                    if len(protos) == 1:
+                        errors.append(f"{name} runs only the Simple protocol, not {protocol}")
+                    continue
                 try:
                     t = self.predict(call, name, protocol)
                 except AlgorithmError as exc:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from simtrain.engine.network import Endpoint, SwitchPort
 from simtrain.hardware.fabric import (
     NODE_KINDS,
     FabricLayout,
@@ -47,6 +48,11 @@ __all__ = [
     "Link",
     "build_cluster",
 ]
+
+# GPU generations whose NVSwitch reduces in the network (NVLink SHARP, NVSwitch gen 3+):
+# Hopper (HGX/DGX H100, H200) and Blackwell (HGX B200/B300, NVL72); NCCL's tuning.cc
+# nvlsEfficiency is 0 for Volta and Ampere (reference/nccl.yaml).
+NVLS_ARCHS = ("hopper", "blackwell")
 
 # Leaf switches are taken as 64-port (NVIDIA Quantum-2 QM9700: 64 NDR ports), half down and
 # half up, so 32 NIC ports per leaf; a DGX SuperPOD scalable unit is 32 servers (general
@@ -72,6 +78,23 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # DGX B200: 8x B200 on NVLink5 (NV18, vultr HGX B200 doc), 8x 400G NICs (general knowledge).
     "dgx-b200": {"gpu": "b200", "gpus_per_node": 8, "intra_node": "nvswitch",
                  "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
+    # DGX B300: 8x B300 on NVLink5 with NVLink SHARP, 8x ConnectX-8 800 Gb/s (NVIDIA DGX
+    # B300 datasheet, 2025; general knowledge, not in reference/hardware.yaml).
+    "dgx-b300": {"gpu": "b300", "gpus_per_node": 8, "intra_node": "nvswitch",
+                 "nics_per_node": 8, "nic_bandwidth": "800Gbps", "fabric": "rail-optimized"},
+    # GB200 NVL72: one NVLink domain of 72 B200s per rack (18 compute trays x 4 GPUs, two
+    # Grace-Blackwell superchips of 1 Grace + 2 GPUs per tray), 1.8 TB/s NVLink5 per GPU
+    # through the rack's NVSwitch trays (NVLink SHARP), and one ConnectX-7 400 Gb/s NIC
+    # per GPU for scale-out (NVIDIA GB200 NVL72 product page and reference architecture;
+    # general knowledge). A "node" is a rack: NCCL treats the NVLink domain as one node.
+    "gb200-nvl72": {"gpu": "gb200", "gpus_per_node": 72, "intra_node": "nvswitch",
+                    "gpus_per_tray": 4, "gpus_per_cpu": 2, "nics_per_node": 72,
+                    "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
+    # GB300 NVL72: the same rack with B300s and ConnectX-8 800 Gb/s per GPU (NVIDIA GB300
+    # NVL72 product page; general knowledge).
+    "gb300-nvl72": {"gpu": "gb300", "gpus_per_node": 72, "intra_node": "nvswitch",
+                    "gpus_per_tray": 4, "gpus_per_cpu": 2, "nics_per_node": 72,
+                    "nic_bandwidth": "800Gbps", "fabric": "rail-optimized"},
     # DGX-2: 16x V100 32GB on NVSwitch, 8x EDR 100 Gb/s NICs, two GPUs per NIC (NVIDIA DGX-2
     # datasheet; the Megatron-LM 2020 calibration system, reference/calibration.yaml).
     "dgx-2": {"gpu": "v100-32gb", "gpus_per_node": 16, "intra_node": "nvswitch",
@@ -193,6 +216,14 @@ class ClusterConfig(BaseModel):
     oversubscription: float = 1.0
     nodes_per_leaf: int | None = None
     switch_latency: Seconds = 0.2e-6
+    # NVLink SHARP (NVLS): None = derived, on where the GPUs sit on an NVSwitch that has it
+    # (third-generation NVSwitch and later: HGX/DGX H100 and newer, NVL72); false turns it
+    # off (NCCL_NVLS_ENABLE=0). ib_sharp: InfiniBand switches with SHARP enabled (CollNet).
+    nvlink_sharp: bool | None = None
+    ib_sharp: bool = False
+    # Rack-scale NVLink domains: GPUs per compute tray and per Grace CPU (0 = not drawn).
+    gpus_per_tray: int = 0
+    gpus_per_cpu: int = 0
     custom: CustomTopology | None = None
 
     @model_validator(mode="before")
@@ -210,6 +241,13 @@ class ClusterConfig(BaseModel):
     @classmethod
     def _known_gpu(cls, value: str | None) -> str | None:
         return None if value is None else get_gpu(value).name
+
+    @field_validator("gpus_per_tray", "gpus_per_cpu")
+    @classmethod
+    def _not_negative(cls, value: int, info: Any) -> int:
+        if value < 0:
+            raise ValueError(f"{info.field_name} must be >= 0 (0 = not modelled), got {value!r}")
+        return value
 
     @field_validator("nodes", "gpus_per_node", "pcie_switches_per_node", "nodes_per_leaf")
     @classmethod
@@ -245,7 +283,21 @@ class ClusterConfig(BaseModel):
         if self.intra_node == "nvswitch" and self.effective_nvlink_bandwidth <= 0:
             raise ValueError(f"gpu {self.gpu!r} has no NVLink, so intra_node 'nvswitch' "
                              "cannot work; set intra_node: pcie (or give nvlink_bandwidth)")
+        if self.nvlink_sharp and not self._nvswitch_has_sharp:
+            raise ValueError(f"nvlink_sharp is true but {self.gpu} on {self.intra_node} has "
+                             "no NVSwitch with NVLink SHARP (Hopper or newer GPUs on an "
+                             "NVSwitch); remove nvlink_sharp or choose such a GPU")
         return self
+
+    @property
+    def _nvswitch_has_sharp(self) -> bool:
+        return self.intra_node == "nvswitch" and self.gpu_spec.arch in NVLS_ARCHS
+
+    @property
+    def effective_nvlink_sharp(self) -> bool:
+        """NVLink SHARP usable: asked for (or derived) and present in the hardware."""
+        wanted = True if self.nvlink_sharp is None else self.nvlink_sharp
+        return wanted and self._nvswitch_has_sharp
 
     # ---- derived values (kept out of the stored fields so overrides stay consistent) ----
     @property
@@ -289,6 +341,8 @@ class ClusterConfig(BaseModel):
             nic_latency=self.nic_latency, fabric=self.fabric,
             oversubscription=self.oversubscription,
             nodes_per_leaf=self.effective_nodes_per_leaf, switch_latency=self.switch_latency,
+            nvlink_sharp=self.effective_nvlink_sharp, ib_sharp=self.ib_sharp,
+            gpus_per_tray=self.gpus_per_tray, gpus_per_cpu=self.gpus_per_cpu,
         )
 
 
@@ -304,6 +358,8 @@ class Cluster:
         gpus: list[str],
         servers: list[int],
         path_fn: Callable[[int, int], list[str]],
+        switch_fn: Callable[[int, str], str | None] | None = None,
+        switch_path_fn: Callable[[int, str], list[str]] | None = None,
     ) -> None:
         self.config = config
         self.gpu_spec = gpu_spec
@@ -317,7 +373,9 @@ class Cluster:
         self.num_servers = len(per_server)
         self.gpus_per_server = max(per_server.values())
         self._path_fn = path_fn
-        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._switch_fn = switch_fn
+        self._switch_path_fn = switch_path_fn
+        self._routes: dict[tuple[Endpoint, Endpoint], tuple[int, ...]] = {}
         # Preset-built clusters wire every server alike, so a group's idle-network cost
         # depends only on its shape (rank offsets and position inside a server).
         self.uniform = config.custom is None
@@ -348,11 +406,38 @@ class Cluster:
             return [self.gpus[src_rank]]
         return [self.links[route[0]].src] + [self.links[i].dst for i in route]
 
-    def route(self, src_rank: int, dst_rank: int) -> tuple[int, ...]:
-        """Link ids from ``src_rank`` to ``dst_rank``; () for the same rank. Cached per pair."""
+    def reducing_switch(self, rank: int, level: str) -> str | None:
+        """The switch of ``level`` above GPU ``rank`` if it reduces in the network, else None
+        (custom graphs declare none)."""
+        if self._switch_fn is None:
+            return None
+        return self._switch_fn(self._check_rank(rank), level)
+
+    def _switch_route(self, src: Endpoint, dst: Endpoint) -> tuple[int, ...]:
+        if isinstance(src, SwitchPort) and isinstance(dst, SwitchPort):
+            raise ValueError(f"no route between two switches ({src} -> {dst})")
+        port = src if isinstance(src, SwitchPort) else dst
+        assert isinstance(port, SwitchPort)
+        if self._switch_path_fn is None or self.reducing_switch(port.rank, port.level) is None:
+            raise ValueError(f"GPU {port.rank} has no {port.level} that reduces in the network")
+        nodes = self._switch_path_fn(self._check_rank(port.rank), port.level)
+        if port is src:
+            nodes = nodes[::-1]
+        return tuple(self._edge_ids[(u, v)] for u, v in pairwise(nodes))
+
+    def route(self, src_rank: Endpoint, dst_rank: Endpoint) -> tuple[int, ...]:
+        """Link ids from ``src_rank`` to ``dst_rank``; () for the same rank. Cached per pair.
+
+        Either end may be a ``SwitchPort`` (in-network reduction): the route then runs
+        between the GPU and its reducing switch.
+        """
         cached = self._routes.get((src_rank, dst_rank))
         if cached is not None:
             return cached
+        if isinstance(src_rank, SwitchPort) or isinstance(dst_rank, SwitchPort):
+            route = self._switch_route(src_rank, dst_rank)
+            self._routes[(src_rank, dst_rank)] = route
+            return route
         src_rank, dst_rank = self._check_rank(src_rank), self._check_rank(dst_rank)
         key = (src_rank, dst_rank)
         if src_rank == dst_rank:
@@ -428,5 +513,6 @@ def _build_cluster(cfg: ClusterConfig) -> Cluster:
         config=cfg, gpu_spec=cfg.gpu_spec, builder=builder,
         gpus=[layout.gpu(s, g) for s in range(cfg.nodes) for g in range(gpn)],
         servers=[s for s in range(cfg.nodes) for _ in range(gpn)],
-        path_fn=layout.path,
+        path_fn=layout.path, switch_fn=layout.reducing_switch,
+        switch_path_fn=layout.switch_path,
     )
