@@ -38,6 +38,18 @@ _NCCL_HW = {
 # tuning.cc nvlsEfficiency by arch: the share of NVLink payload bandwidth NVSwitch
 # multimem reductions and multicasts reach (0 = no NVLink SHARP before Hopper).
 _NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+# tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)], NCCL 2.30.7 (unchanged since 2.4):
+# the share of the tree's modelled all-reduce bandwidth NCCL's developers measure by
+# message size (pipeline start-up and chunking at mid sizes; 1.0 from 512 MiB). Structure
+# and range (0.4-1.0) in reference/nccl.yaml latency_model; values read in tuning.cc.
+_TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,
+              .7, .7, .7, .7, .7, .7),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9),
+}
 # Algorithms whose reduction happens in a switch; they run the Simple protocol only.
 IN_NETWORK = ("nvls", "collnet")
 # tuning.cc llMaxBws (GB/s) by GPU arch on one node; index by node count 1, 2, 4+.
@@ -151,6 +163,16 @@ class Backend:
         if self.tuning is not None and algorithm == "tree":
             return 1 / self.tuning.tree_simple_factor
         return 1.0
+
+    def size_efficiency(self, op: str, algorithm: str, protocol: str, nbytes: float) -> float:
+        """Share of its bandwidth an algorithm reaches at this message size: NCCL's tree
+        all-reduce correction by log2(n/64) (``_TREE_CORRECTION``); 1 otherwise."""
+        if self.tuning is None or algorithm != "tree" or op != "all_reduce" or nbytes < 64:
+            return 1.0
+        row = _TREE_CORRECTION[protocol]
+        index = int(nbytes) >> 6
+        log_size = index.bit_length() - 1
+        return row[log_size] if log_size < len(row) else 1.0
 
     def bandwidth_cap(self, protocol: str, arch: str, nodes: int) -> float:
         """Upper bound on a rank's bus bandwidth (bytes/s) for ``protocol`` (NCCL's LL cap)."""

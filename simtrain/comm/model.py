@@ -158,7 +158,8 @@ class CommModel:
             fixed, transfer = self._cost(call, algorithm, protocol)
             return fixed + transfer
         fixed, per_byte = self._unit_cost(call.op, call.ranks, algorithm, protocol)
-        return fixed + per_byte * call.nbytes
+        eff = self.backend.size_efficiency(call.op, algorithm, protocol, call.nbytes)
+        return fixed + per_byte * call.nbytes / eff
 
     def _unit_cost_uncached(self, op: str, ranks: tuple[int, ...], algorithm: str,
                             protocol: str) -> tuple[float, float]:
@@ -223,12 +224,15 @@ class CommModel:
         nodes = self._nodes(call.ranks)
         wire = self.backend.wire_factor(name, protocol, nodes, self.arch)
         phases = self._phases(call, name, protocol)
+        # A size efficiency stretches every flow's time alike: the bytes grow by 1/eff
+        # while the caps (computed with ``wire``) stay, so capped flows stretch too.
+        eff = self.backend.size_efficiency(call.op, name, protocol, call.nbytes)
         return Lowered(
             algorithm=name,
             protocol=protocol,
             launch_latency=self._launch(name, protocol),
             phases=phases,
-            wire_factor=wire,
+            wire_factor=wire / eff,
             flow_caps=[self.flow_cap(ph, wire, protocol, nodes) for ph in phases],
             predicted_s=t,
         )

@@ -155,3 +155,25 @@ def execute_slowdown(c, model):
     deps = [g.compute(r, "f", 1e-3) for r in range(8)]
     g.collective("all_reduce", range(8), 1 << 26, "ar", deps=deps)
     return execute(g, c, comm=model, slowdowns={3: 1.5}).end
+
+
+def test_tree_correction_by_message_size():
+    # tuning.cc treeCorrectionFactor[proto][log2(n/64)]: 256 KiB -> log2(4096) = 12 ->
+    # LL 0.4; 4 MiB -> 16 -> LL128 0.7; 512 MiB -> 23, past the table -> 1.0; rings: 1.0.
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL", 256 << 10) == 0.4
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 4 << 20) == 0.7
+    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 512 << 20) == 1.0
+    assert NCCL.size_efficiency("all_reduce", "ring", "LL", 256 << 10) == 1.0
+    # The transfer part of a tree all-reduce stretches by 1/0.7 at 4 MiB/LL128, in the
+    # prediction and in the simulated flows alike.
+    c = cluster(nodes=4)
+    model = CommModel(c, "nccl", arch=c.gpu_spec.arch)
+    call = Call("all_reduce", tuple(range(32)), float(4 << 20))
+    fixed, per_byte = model._unit_cost(call.op, call.ranks, "tree", "LL128")
+    assert model.predict(call, "tree", "LL128") == pytest.approx(
+        fixed + per_byte * (4 << 20) / 0.7)
+    g = TaskGraph(c.num_gpus)
+    g.collective("all_reduce", list(range(32)), 4 << 20, "ar", algorithm="tree")
+    simulated = execute(g, c, comm=CommModel(c, "nccl", arch=c.gpu_spec.arch,
+                                             protocol="LL128")).end
+    assert simulated == pytest.approx(fixed + per_byte * (4 << 20) / 0.7, rel=1e-6)
