@@ -184,3 +184,31 @@ def test_cli_nvls_on_a100_is_one_line_exit_2():
     forced = CliRunner().invoke(app, ["collective", "all_reduce", "--cluster", "dgx-a100",
                                       "--algorithm", "nvls", "-b", "8G"])
     assert forced.exit_code == 2 and "NVLS needs NVSwitch SHARP" in forced.output
+
+
+def test_expert_all_to_all_spans_an_nvl72_rack_on_nvlink():
+    # EP over a whole GB200 NVL72 rack: 72 ranks, each GPU 900 GB/s to the NVSwitch, ideal
+    # backend. Direct all-to-all of n = 72 MB per rank: alpha + (P-1)/P n/B = 0.6 us (two
+    # 0.3 us NVLink hops) + 71/72 x 72e6 / 900e9 = 0.6 + 78.89 = 79.49 us, and no flow
+    # leaves the rack's NVLink.
+    c = cluster("gb200-nvl72")
+    model = CommModel(c, "ideal", arch=c.gpu_spec.arch)
+    call = Call("all_to_all", tuple(range(72)), 72e6)
+    assert model.predict(call, "direct", "Simple") == pytest.approx(79.489e-6, rel=1e-4)
+    kinds = {c.links[i].kind for a in (0, 35) for b in (1, 71) for i in c.route(a, b)}
+    assert kinds == {"nvlink"}
+
+
+@pytest.mark.parametrize(("comm", "field"), [
+    ({"algorithm": "nvls"}, "comm.algorithm: nvls needs NVSwitch SHARP"),
+    ({"algorithms": {"all_reduce": "collnet"}},
+     "comm.algorithms.all_reduce: collnet needs InfiniBand SHARP"),
+])
+def test_forced_in_network_algorithm_on_plain_hardware_is_bad_input(comm, field):
+    from simtrain.comm.config import CommConfig
+    from simtrain.errors import ScenarioError
+
+    c = cluster("dgx-a100")
+    with pytest.raises(ScenarioError, match=field):
+        CommConfig(**comm).build(c, c.gpu_spec.arch)
+    CommConfig(**comm).build(cluster(nodes=2, ib_sharp=True), "hopper")  # has both
