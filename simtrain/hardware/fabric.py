@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 if TYPE_CHECKING:
-    from simtrain.hardware.topology import CustomTopology
+    from simtrain.hardware.custom import CustomTopology
 
 # NVLink-C2C between a Grace CPU and its GPUs: 900 GB/s bidirectional, 450 per direction
 # (NVIDIA GB200 NVL72 and Grace Hopper product pages; general knowledge, not in reference).

@@ -3,7 +3,8 @@
 ``ClusterConfig`` is the scenario's ``cluster:`` section. ``build_cluster`` turns it into a
 ``Cluster``: a networkx DiGraph whose edges are directed ``Link``s (bytes/s per direction,
 seconds of latency), plus deterministic, cached GPU-to-GPU routes the engine's flow model
-uses. Graphs (preset shapes and ``custom:`` ones) are built in ``fabric.py``.
+uses. Graphs (preset shapes and ``custom:`` ones) are built in ``fabric.py``; the presets
+live in ``presets.py``, the ``custom:`` schema in ``custom.py``.
 
 Default latencies (per link; a route's latency is the sum over its links):
 - nvlink 0.3 us: GPU->NVSwitch->GPU is 0.6 us, NCCL's NVLink hw latency per ring step
@@ -25,9 +26,10 @@ from itertools import pairwise
 from typing import Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from simtrain.engine.network import Endpoint, SwitchPort
+from simtrain.hardware.custom import CustomLink, CustomTopology
 from simtrain.hardware.fabric import (
     NODE_KINDS,
     FabricLayout,
@@ -36,6 +38,7 @@ from simtrain.hardware.fabric import (
     build_custom_graph,
 )
 from simtrain.hardware.gpus import GPUSpec, get_gpu
+from simtrain.hardware.presets import CLUSTER_PRESETS, LEAF_DOWN_PORTS, NVLS_ARCHS
 from simtrain.units import Bandwidth, Seconds
 
 __all__ = [
@@ -48,140 +51,6 @@ __all__ = [
     "Link",
     "build_cluster",
 ]
-
-# GPU generations whose NVSwitch reduces in the network (NVLink SHARP, NVSwitch gen 3+):
-# Hopper (HGX/DGX H100, H200) and Blackwell (HGX B200/B300, NVL72); NCCL's tuning.cc
-# nvlsEfficiency is 0 for Volta and Ampere (reference/nccl.yaml).
-NVLS_ARCHS = ("hopper", "blackwell")
-
-# Leaf switches are taken as 64-port (NVIDIA Quantum-2 QM9700: 64 NDR ports), half down and
-# half up, so 32 NIC ports per leaf; a DGX SuperPOD scalable unit is 32 servers (general
-# knowledge). Rail-optimized: 32 servers per rail leaf; fat tree: 32 // nics servers.
-LEAF_DOWN_PORTS = 32
-
-# Preset dicts hold ClusterConfig fields in YAML spelling. They never pin GPU-derived numbers
-# (NVLink/PCIe rates), so overriding ``gpu`` keeps the rest consistent.
-CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
-    # DGX A100: 8x A100 80GB on NVSwitch, 8x HDR 200 Gb/s NICs, one per GPU
-    # (NVIDIA/nccl#812, "DGX-A100 8x200Gbit/s IB"; reference/hardware.yaml HDR row).
-    "dgx-a100": {"gpu": "a100-80gb", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
-    # DGX/HGX H100: 8x H100 SXM, NVLink4 via 4 NVSwitches (astra-sim HGX-H100 page), 8x CX-7
-    # NDR 400 Gb/s, one per GPU (reference/hardware.yaml NDR row, nccl-tests#267).
-    "dgx-h100": {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    "hgx-h100": {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    # DGX H200: same box as DGX H100 with H200s (8x CX-7 400G; general knowledge).
-    "dgx-h200": {"gpu": "h200-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    # DGX B200: 8x B200 on NVLink5 (NV18, vultr HGX B200 doc), 8x 400G NICs (general knowledge).
-    "dgx-b200": {"gpu": "b200", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    # DGX B300: 8x B300 on NVLink5 with NVLink SHARP, 8x ConnectX-8 800 Gb/s (NVIDIA DGX
-    # B300 datasheet, 2025; general knowledge, not in reference/hardware.yaml).
-    "dgx-b300": {"gpu": "b300", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "800Gbps", "fabric": "rail-optimized"},
-    # GB200 NVL72: one NVLink domain of 72 B200s per rack (18 compute trays x 4 GPUs, two
-    # Grace-Blackwell superchips of 1 Grace + 2 GPUs per tray), 1.8 TB/s NVLink5 per GPU
-    # through the rack's NVSwitch trays (NVLink SHARP), and one ConnectX-7 400 Gb/s NIC
-    # per GPU for scale-out (NVIDIA GB200 NVL72 product page and reference architecture;
-    # general knowledge). A "node" is a rack: NCCL treats the NVLink domain as one node.
-    "gb200-nvl72": {"gpu": "gb200", "gpus_per_node": 72, "intra_node": "nvswitch",
-                    "gpus_per_tray": 4, "gpus_per_cpu": 2, "nics_per_node": 72,
-                    "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    # GB300 NVL72: the same rack with B300s and ConnectX-8 800 Gb/s per GPU (NVIDIA GB300
-    # NVL72 product page; general knowledge).
-    "gb300-nvl72": {"gpu": "gb300", "gpus_per_node": 72, "intra_node": "nvswitch",
-                    "gpus_per_tray": 4, "gpus_per_cpu": 2, "nics_per_node": 72,
-                    "nic_bandwidth": "800Gbps", "fabric": "rail-optimized"},
-    # DGX-2: 16x V100 32GB on NVSwitch, 8x EDR 100 Gb/s NICs, two GPUs per NIC (NVIDIA DGX-2
-    # datasheet; the Megatron-LM 2020 calibration system, reference/calibration.yaml).
-    "dgx-2": {"gpu": "v100-32gb", "gpus_per_node": 16, "intra_node": "nvswitch",
-              "nics_per_node": 8, "nic_bandwidth": "100Gbps", "fabric": "rail-optimized"},
-    # Generic PCIe server: 8 GPUs behind 4 PCIe Gen4 switches (2 each), two CPU sockets, one
-    # shared 200G NIC. Socket link 16 GB/s is NCCL's AMD_BW (topo.h, reference/nccl.yaml).
-    "pcie-a100": {"gpu": "a100-80gb-pcie", "gpus_per_node": 8, "intra_node": "pcie",
-                  "pcie_switches_per_node": 4, "cpu_link_bandwidth": "16GB/s",
-                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
-    # Same with H100 PCIe on Gen5; socket link 22 GB/s is NCCL's SRP_QPI_BW (Sapphire Rapids).
-    "pcie-h100": {"gpu": "h100-pcie", "gpus_per_node": 8, "intra_node": "pcie",
-                  "pcie_switches_per_node": 4, "cpu_link_bandwidth": "22GB/s",
-                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
-}
-
-
-class CustomLink(BaseModel):
-    """One user-described link; bidirectional links get the bandwidth in each direction."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    a: str
-    b: str
-    kind: Literal["nvlink", "pcie", "ib", "ethernet", "qpi"]
-    bandwidth: Bandwidth
-    latency: Seconds = 0.0
-    bidirectional: bool = True
-
-
-class CustomTopology(BaseModel):
-    """A user-written graph: GPUs (rank i = gpus[i]), switches, and the links between them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu: str
-    gpus: list[str]
-    nodes_of: dict[str, int] | None = None
-    switches: list[str] = Field(default_factory=list)
-    links: list[CustomLink]
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, value: str) -> str:
-        return get_gpu(value).name
-
-    @model_validator(mode="after")
-    def _check_graph(self) -> CustomTopology:
-        if not self.gpus:
-            raise ValueError("custom topology lists no gpus; add e.g. gpus: [g0, g1]")
-        names = self.gpus + self.switches
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise ValueError(f"custom topology node {name!r} is listed twice; names "
-                                 "must be unique across gpus and switches")
-            seen.add(name)
-        for gpu_name, server in (self.nodes_of or {}).items():
-            if gpu_name not in self.gpus:
-                raise ValueError(f"nodes_of names {gpu_name!r}, which is not in gpus "
-                                 f"{self.gpus}; fix the name or add it to gpus")
-            if server < 0:
-                raise ValueError(f"nodes_of[{gpu_name!r}] = {server} must be >= 0")
-        pairs: set[tuple[str, str]] = set()
-        for i, link in enumerate(self.links):
-            for end in (link.a, link.b):
-                if end not in seen:
-                    raise ValueError(f"links[{i}] names unknown node {end!r}; declare it "
-                                     "under gpus or switches")
-            if link.a == link.b:
-                raise ValueError(f"links[{i}] connects {link.a!r} to itself; remove it")
-            dirs = [(link.a, link.b), (link.b, link.a)] if link.bidirectional else [
-                (link.a, link.b)]
-            for d in dirs:
-                if d in pairs:
-                    raise ValueError(f"links[{i}] duplicates link {d[0]!r}->{d[1]!r}; "
-                                     "merge them into one link with the summed bandwidth")
-                pairs.add(d)
-        graph = nx.DiGraph(list(pairs))
-        graph.add_nodes_from(names)
-        root = self.gpus[0]
-        forward, backward = nx.descendants(graph, root), nx.ancestors(graph, root)
-        for name in self.gpus[1:]:
-            if name not in forward or name not in backward:
-                way = f"{root!r} -> {name!r}" if name not in forward else f"{name!r} -> {root!r}"
-                raise ValueError(f"custom topology: no path {way}; every GPU must reach every "
-                                 "other GPU, add links (or make them bidirectional)")
-        return self
 
 
 class ClusterConfig(BaseModel):
