@@ -77,6 +77,7 @@ class TuningTables:
     hop_us: Mapping[str, Mapping[str, tuple[float, float, float]]]
     ll_max_gbps: Mapping[str, tuple[float, float, float]]
     tree_simple_factor: float = 0.92
+    net_overhead_us: float = 1.0  # tuning.cc netOverhead, Intel/other CPUs (AMD: 2.0)
 
 
 NCCL_TUNING = TuningTables(base_us=_NCCL_BASE, hop_us=_NCCL_HW, ll_max_gbps=_NCCL_LL_MAX)
@@ -124,12 +125,29 @@ class Backend:
             return self.tuning.base_us[_family(algorithm)][PROTOCOLS.index(protocol)] * US
         return self.launch_latency
 
-    def hop_latency(self, route_latency: float, cls: str, algorithm: str, protocol: str) -> float:
-        """Alpha of one step over a hop of class ``cls`` with the given route latency."""
+    def hop_latency(self, route_latency: float, cls: str, algorithm: str, protocol: str,
+                    multi_node: bool = False) -> float:
+        """Alpha of one step over a hop of class ``cls`` with the given route latency.
+
+        NCCL (tuning.cc): when a call spans nodes, an intra-node step costs at least the
+        network proxy's overhead, netOverhead = 1 us (Intel CPUs; x3 for Simple)."""
         if self.tuning is not None:
             row = self.tuning.hop_us[cls][_family(algorithm)]
-            return max(route_latency, row[PROTOCOLS.index(protocol)] * US)
+            alpha = max(route_latency, row[PROTOCOLS.index(protocol)] * US)
+            if multi_node and cls != "net":
+                overhead = self.tuning.net_overhead_us * (3 if protocol == "Simple" else 1)
+                alpha = max(alpha, overhead * US)
+            return alpha
         return route_latency + self.step_overhead
+
+    def latency_factor(self, op: str, algorithm: str, protocol: str, nodes: int,
+                       arch: str) -> float:
+        """NCCL's 'plateau effect' (tuning.cc): a multi-node ring all-reduce on Simple pays
+        1.4x its latency on SM80 and newer, 1.9x before; 1 elsewhere."""
+        if (self.tuning is None or op != "all_reduce" or algorithm != "ring"
+                or protocol != "Simple" or nodes <= 1):
+            return 1.0
+        return 1.9 if arch == "volta" else 1.4
 
     def switch_latency(self, cls: str, algorithm: str, protocol: str) -> float:
         """Alpha of an in-network reduction through a switch of link class ``cls``

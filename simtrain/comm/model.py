@@ -11,7 +11,7 @@ the choice and the simulated time agree on an uncongested network.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simtrain.comm.algorithms import AlgorithmError, Call, Context, Phase, lowering
@@ -78,20 +78,20 @@ class CommModel:
         self._unit_cost = lru_cache(maxsize=1024)(self._unit_cost_uncached)
 
     # -- latency ---------------------------------------------------------------------------
-    def _hop(self, a: int, b: int, algorithm: str, protocol: str) -> float:
-        key = (a, b, algorithm, protocol)
+    def _hop(self, a: int, b: int, algorithm: str, protocol: str, multi_node: bool) -> float:
+        key = (a, b, algorithm, protocol, multi_node)
         if key not in self._lat_cache:
             route = self.fabric.route(a, b)
             same = self.fabric.server_of(a) == self.fabric.server_of(b)
             cls = link_class({self._kinds[i] for i in route}, same)
             self._lat_cache[key] = self.backend.hop_latency(
-                self.fabric.route_latency(route), cls, algorithm, protocol)
+                self.fabric.route_latency(route), cls, algorithm, protocol, multi_node)
         return self._lat_cache[key]
 
-    def context(self, algorithm: str, protocol: str) -> Context:
+    def context(self, algorithm: str, protocol: str, multi_node: bool = False) -> Context:
         switch = getattr(self.fabric, "reducing_switch", None)  # preset clusters have it
         return Context(
-            self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol),
+            self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol, multi_node),
             reducer=lambda level, rank: None if switch is None else switch(rank, level),
             switch_alpha=lambda cls: self.backend.switch_latency(cls, algorithm, protocol))
 
@@ -132,7 +132,13 @@ class CommModel:
         return algos, protos
 
     def _phases(self, call: Call, algorithm: str, protocol: str) -> list[Phase]:
-        return lowering(call.op, algorithm)(call, self.context(algorithm, protocol))
+        nodes = self._nodes(call.ranks)
+        phases = lowering(call.op, algorithm)(call, self.context(algorithm, protocol,
+                                                                   nodes > 1))
+        factor = self.backend.latency_factor(call.op, algorithm, protocol, nodes, self.arch)
+        if factor != 1.0:
+            phases = [replace(ph, latency=ph.latency * factor) for ph in phases]
+        return phases
 
     def flow_cap(self, phase: Phase, wire: float, protocol: str, nodes: int) -> float:
         """Rate limit of each flow of ``phase`` (wire bytes/s).
