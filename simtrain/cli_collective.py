@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -20,6 +21,8 @@ EPILOG = (
     "  simtrain collective all_reduce --cluster dgx-a100 --nodes 2\n\n"
     "  simtrain collective all_gather --cluster dgx-h100 --gpus 8 --min-bytes 1M --max-bytes 8G\n\n"
     "  simtrain collective all_reduce --scenario scenarios/ddp_buckets.yaml --json\n\n"
+    "  simtrain collective all_reduce --cluster gb200-nvl72 --min-bytes 512M\n\n"
+    "  simtrain collective all_reduce --cluster dgx-h100 --nodes 8 --ib-sharp -b 1G\n\n"
     "  simtrain collective all_reduce --cluster dgx-a100 --nodes 4 --algorithm tree --backend mpi"
 )
 
@@ -38,6 +41,10 @@ def collective(
     backend: Annotated[str | None, typer.Option(help="nccl, gloo, mpi or ideal")] = None,
     protocol: Annotated[str | None, typer.Option(help="auto, LL, LL128 or Simple")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON")] = False,
+    nvls: Annotated[bool | None, typer.Option(
+        "--nvls/--no-nvls", help="NVLink SHARP on or off [where the NVSwitch has it]")] = None,
+    ib_sharp: Annotated[bool, typer.Option(
+        "--ib-sharp", help="InfiniBand switches reduce in the network (SHARP, CollNet)")] = False,
 ) -> None:
     """Time one collective over message sizes, as nccl-tests does: time, algbw, busbw."""
     from simtrain.comm.config import CommConfig
@@ -57,6 +64,13 @@ def collective(
             cluster_cfg, comm_cfg = ClusterConfig(preset=cluster, nodes=nodes), CommConfig()
         updates = {k: v for k, v in (("backend", backend), ("protocol", protocol)) if v}
         comm_cfg = CommConfig.model_validate({**comm_cfg.model_dump(), **updates})
+        sharp = {k: v for k, v in (("nvlink_sharp", nvls), ("ib_sharp", ib_sharp or None))
+                 if v is not None}
+        if sharp:
+            try:
+                cluster_cfg = ClusterConfig.model_validate({**cluster_cfg.model_dump(), **sharp})
+            except ValidationError as exc:  # one line: the validator's own message
+                raise fail(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
         built = build_cluster(cluster_cfg)
         group = gpus or built.num_gpus
         if not 2 <= group <= built.num_gpus:

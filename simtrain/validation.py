@@ -32,7 +32,7 @@ from simtrain.errors import ScenarioError
 from simtrain.scenario import Scenario, load_scenario
 from simtrain.workload.model import ModelConfig
 
-SUITES = ("megatron-2020", "mcore-2024-h100", "nccl")
+SUITES = ("megatron-2020", "mcore-2024-h100", "nccl", "nccl-modern")
 SCENARIO_SUITES = ("megatron-2020", "mcore-2024-h100")
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "validation"
 # What a row may publish: a step time or a throughput per GPU (each source's FLOPs).
@@ -266,6 +266,10 @@ def nccl_rows() -> list[Row]:
 
 
 def count_rows(suite: str, directory: Path | None = None) -> int:
+    if suite == "nccl-modern":  # simtrain/comm/validation.py runs this suite
+        from simtrain.comm.validation import count_points
+
+        return count_points(suite_path(suite, directory))
     if suite == "nccl":
         from simtrain.comm.reference import POINTS
 
@@ -278,6 +282,10 @@ def run_suite(suite: str, directory: Path | None = None,
     """Predict every row of ``suite``; ``progress(row_id)`` after each simulated row."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of: {', '.join(SUITES)}")
+    if suite == "nccl-modern":
+        from simtrain.comm.validation import suite_rows
+
+        return suite_rows(suite_path(suite, directory), progress)
     if suite == "nccl":
         rows = nccl_rows()
         if progress:

@@ -16,113 +16,21 @@ op -> name -> lowering. The first entry of each op is its default.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from simtrain.engine.network import Fabric
-
-Flow = tuple[int, int, float]  # (src_rank, dst_rank, bytes)
-
-
-@dataclass(frozen=True, slots=True)
-class Phase:
-    """Flows that run concurrently after ``latency`` seconds of alpha terms.
-
-    ``coupled`` (one label per flow, or None) marks pipelined rings: flows with the same
-    label are the hops of one ring, which moves at its slowest hop's pace, so they share
-    one rate and end together (see ``simtrain.engine.network.couple``).
-    """
-
-    latency: float
-    flows: tuple[Flow, ...]
-    coupled: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One collective call: ``op`` over ``ranks`` (ranks[0] is the root where one is needed).
-
-    ``nbytes`` follows nccl-tests: the whole array for all-reduce, reduce-scatter,
-    all-gather, broadcast, reduce, scatter and gather; each rank's send buffer for
-    all-to-all. ``splits[i][j]`` are the bytes ranks[i] sends ranks[j] in all-to-all-v.
-    """
-
-    op: str
-    ranks: tuple[int, ...]
-    nbytes: float
-    splits: tuple[tuple[float, ...], ...] | None = None
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a lowering may ask of the world: the fabric and the alpha of one step a -> b."""
-
-    fabric: Fabric
-    hop_latency: Callable[[int, int], float]
-
-    def step_alpha(self, hops: Sequence[tuple[int, int]]) -> float:
-        """Alpha of one synchronous step: its slowest hop."""
-        return max((self.hop_latency(a, b) for a, b in hops), default=0.0)
-
-
-Lowering = Callable[[Call, Context], list[Phase]]
-
-
-class AlgorithmError(ValueError):
-    """An algorithm that cannot run on this group (e.g. halving-doubling on 6 ranks)."""
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def _ring_hops(order: Sequence[int]) -> list[tuple[int, int]]:
-    return [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))]
-
-
-def servers(ranks: Sequence[int], fabric: Fabric) -> list[list[int]]:
-    """The group's ranks per server, servers in order of first appearance."""
-    by_server: dict[int, list[int]] = {}
-    for rank in ranks:
-        by_server.setdefault(fabric.server_of(rank), []).append(rank)
-    return list(by_server.values())
-
-
-def ring_channels(ranks: Sequence[int], fabric: Fabric) -> list[list[int]]:
-    """Ring orders, one per channel.
-
-    Within one server a single ring suffices (every GPU has its own NVLink/PCIe port).
-    Across servers there is one channel per local GPU, each rotated so that it leaves a
-    server through a different GPU (and NIC), as NCCL's rings on rail-optimized clusters
-    do; odd servers run backwards so every inter-server hop joins GPUs of the same local
-    index, keeping traffic on its rail (what NCCL's PXN achieves).
-    """
-    groups = servers(ranks, fabric)
-    if len(groups) == 1:
-        return [list(ranks)]
-    orders = []
-    for c in range(min(len(g) for g in groups)):
-        order: list[int] = []
-        for j, g in enumerate(groups):
-            rotated = g[c:] + g[:c]
-            order.extend(rotated if j % 2 == 0 else rotated[::-1])
-        orders.append(order)
-    return orders
-
-
-def _ring_phase(orders: Sequence[Sequence[int]], per_order_bytes: float, steps: int,
-                ctx: Context) -> Phase:
-    """Pipelined rings: the first chunk crosses ``steps`` hops one after another, so the
-    latency is ``steps`` times the ring's mean hop alpha (NCCL's model: intra-node steps at
-    the intra latency, inter-node steps at the network latency)."""
-    flows: list[Flow] = []
-    labels: list[int] = []
-    alpha = 0.0
-    for k, order in enumerate(orders):
-        hops = _ring_hops(order)
-        alpha = max(alpha, sum(ctx.hop_latency(a, b) for a, b in hops) / len(hops))
-        flows.extend((a, b, per_order_bytes) for a, b in hops)
-        labels.extend([k] * len(hops))
-    return Phase(steps * alpha, tuple(flows), tuple(labels))
+from simtrain.comm.in_network import IN_NETWORK
+from simtrain.comm.phases import (
+    AlgorithmError,
+    Call,
+    Context,
+    Flow,
+    Lowering,
+    Phase,
+    ring_channels,
+    ring_hops,
+    ring_phase,
+    servers,
+)
 
 
 def _power_of_two(p: int, name: str) -> int:
@@ -151,7 +59,7 @@ def ring(call: Call, ctx: Context) -> list[Phase]:
         return []
     steps, fraction = _ring_steps(call.op, len(call.ranks))
     orders = ring_channels(call.ranks, ctx.fabric)
-    return [_ring_phase(orders, call.nbytes * fraction / len(orders), steps, ctx)]
+    return [ring_phase(orders, call.nbytes * fraction / len(orders), steps, ctx)]
 
 
 def bidirectional_ring(call: Call, ctx: Context) -> list[Phase]:
@@ -161,14 +69,14 @@ def bidirectional_ring(call: Call, ctx: Context) -> list[Phase]:
     steps, fraction = _ring_steps(call.op, len(call.ranks))
     orders = ring_channels(call.ranks, ctx.fabric)
     both = [*orders, *[list(reversed(o)) for o in orders]]
-    return [_ring_phase(both, call.nbytes * fraction / len(both), steps, ctx)]
+    return [ring_phase(both, call.nbytes * fraction / len(both), steps, ctx)]
 
 
 def chain(call: Call, ctx: Context) -> list[Phase]:
     """Pipelined chain from the root (NCCL's ring broadcast/reduce): P-1 hops of n bytes."""
     if len(call.ranks) <= 1:
         return []
-    hops = _ring_hops(call.ranks)[:-1]
+    hops = ring_hops(call.ranks)[:-1]
     if call.op == "reduce":
         hops = [(b, a) for a, b in reversed(hops)]
     latency = sum(ctx.hop_latency(a, b) for a, b in hops)  # the first chunk's path
@@ -403,6 +311,8 @@ ALGORITHMS: dict[str, dict[str, Lowering]] = {
     "send_recv": {"direct": direct},
     "barrier": {"dissemination": dissemination},
 }
+for _op, _table in IN_NETWORK.items():  # NVLS and SHARP: switch-ended flows, same contract
+    ALGORITHMS[_op].update(_table)
 
 
 def lowering(op: str, algorithm: str) -> Lowering:

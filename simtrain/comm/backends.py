@@ -21,14 +21,37 @@ from dataclasses import dataclass, field
 US = 1e-6
 PROTOCOLS = ("LL", "LL128", "Simple")
 
-# tuning.cc baseLat[algo][proto] (us), NCCL 2.30.7. Other algorithms use the ring's row.
-_NCCL_BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4)}
-# tuning.cc hwLat[link][algo][proto] (us): per step over NVLink, PCIe, network.
+# tuning.cc baseLat[algo][proto] (us), NCCL 2.30.7. Other algorithms use the ring's row;
+# NVLS and CollNet (in-network reduction) have no base latency, only their hw rows.
+_NCCL_BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
+              "collnet": (0.0, 0.0, 0.0)}
+# tuning.cc hwLat[link][algo][proto] (us): per step over NVLink, PCIe, network. collnet is
+# NCCL's collnet_direct row; NVLS and CollNet implement only the Simple protocol.
 _NCCL_HW = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
-    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0),
+               "collnet": (0.0, 0.0, 3.7)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0),
+            "collnet": (0.0, 0.0, 3.7)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
+            "collnet": (0.0, 0.0, 31.0)},
 }
+# tuning.cc nvlsEfficiency by arch: the share of NVLink payload bandwidth NVSwitch
+# multimem reductions and multicasts reach (0 = no NVLink SHARP before Hopper).
+_NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
+# tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)], NCCL 2.30.7 (unchanged since 2.4):
+# the share of the tree's modelled all-reduce bandwidth NCCL's developers measure by
+# message size (pipeline start-up and chunking at mid sizes; 1.0 from 512 MiB). Structure
+# and range (0.4-1.0) in reference/nccl.yaml latency_model; values read in tuning.cc.
+_TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,
+              .7, .7, .7, .7, .7, .7),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9),
+}
+# Algorithms whose reduction happens in a switch; they run the Simple protocol only.
+IN_NETWORK = ("nvls", "collnet")
 # tuning.cc llMaxBws (GB/s) by GPU arch on one node; index by node count 1, 2, 4+.
 _NCCL_LL_MAX = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
                 "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
@@ -54,14 +77,16 @@ class TuningTables:
     hop_us: Mapping[str, Mapping[str, tuple[float, float, float]]]
     ll_max_gbps: Mapping[str, tuple[float, float, float]]
     tree_simple_factor: float = 0.92
+    net_overhead_us: float = 1.0  # tuning.cc netOverhead, Intel/other CPUs (AMD: 2.0)
 
 
 NCCL_TUNING = TuningTables(base_us=_NCCL_BASE, hop_us=_NCCL_HW, ll_max_gbps=_NCCL_LL_MAX)
 
 
 def _family(algorithm: str) -> str:
-    """NCCL's tables have rows for tree and ring; every other algorithm uses the ring's."""
-    return "tree" if algorithm == "tree" else "ring"
+    """NCCL's tables have rows for tree, ring, NVLS and CollNet; every other algorithm uses
+    the ring's."""
+    return algorithm if algorithm in ("tree", "nvls", "collnet") else "ring"
 
 
 def link_class(kinds: set[str], same_server: bool) -> str:
@@ -100,12 +125,40 @@ class Backend:
             return self.tuning.base_us[_family(algorithm)][PROTOCOLS.index(protocol)] * US
         return self.launch_latency
 
-    def hop_latency(self, route_latency: float, cls: str, algorithm: str, protocol: str) -> float:
-        """Alpha of one step over a hop of class ``cls`` with the given route latency."""
+    def hop_latency(self, route_latency: float, cls: str, algorithm: str, protocol: str,
+                    multi_node: bool = False) -> float:
+        """Alpha of one step over a hop of class ``cls`` with the given route latency.
+
+        NCCL (tuning.cc): when a call spans nodes, an intra-node step costs at least the
+        network proxy's overhead, netOverhead = 1 us (Intel CPUs; x3 for Simple)."""
         if self.tuning is not None:
             row = self.tuning.hop_us[cls][_family(algorithm)]
-            return max(route_latency, row[PROTOCOLS.index(protocol)] * US)
+            alpha = max(route_latency, row[PROTOCOLS.index(protocol)] * US)
+            if multi_node and cls != "net":
+                overhead = self.tuning.net_overhead_us * (3 if protocol == "Simple" else 1)
+                alpha = max(alpha, overhead * US)
+            return alpha
         return route_latency + self.step_overhead
+
+    def latency_factor(self, op: str, algorithm: str, protocol: str, nodes: int,
+                       arch: str) -> float:
+        """NCCL's 'plateau effect' (tuning.cc): a multi-node ring all-reduce on Simple pays
+        1.4x its latency on SM80 and newer, 1.9x before; 1 elsewhere."""
+        if (self.tuning is None or op != "all_reduce" or algorithm != "ring"
+                or protocol != "Simple" or nodes <= 1):
+            return 1.0
+        return 1.9 if arch == "volta" else 1.4
+
+    def switch_latency(self, cls: str, algorithm: str, protocol: str) -> float:
+        """Alpha of an in-network reduction through a switch of link class ``cls``
+        ("nvlink" or "net"): NCCL's hwLat row for the algorithm (0 for other backends)."""
+        if self.tuning is None:
+            return self.launch_latency
+        return self.tuning.hop_us[cls][_family(algorithm)][PROTOCOLS.index(protocol)] * US
+
+    def supports(self, algorithm: str, protocol: str) -> bool:
+        """Whether ``algorithm`` runs with ``protocol`` (in-network ones: Simple only)."""
+        return protocol == "Simple" or algorithm not in IN_NETWORK
 
     # -- bandwidth -------------------------------------------------------------------------
     def efficiency(self, kind: str, arch: str) -> float:
@@ -114,8 +167,11 @@ class Backend:
             return self.link_efficiency.get("nvlink", _NVLINK_EFFICIENCY.get(arch, 0.8))
         return self.link_efficiency.get(kind, 1.0)
 
-    def wire_factor(self, algorithm: str, protocol: str, nodes: int) -> float:
-        """Bytes on the wire per payload byte (the protocol's bandwidth cost)."""
+    def wire_factor(self, algorithm: str, protocol: str, nodes: int, arch: str = "") -> float:
+        """Bytes on the wire per payload byte (the protocol's bandwidth cost); for NVLS the
+        inverse of NVSwitch's multimem efficiency (tuning.cc nvlsEfficiency)."""
+        if algorithm == "nvls" and self.tuning is not None:
+            return 1 / _NVLS_EFFICIENCY.get(arch, 1.0)
         if protocol == "LL":
             return 3.8 if algorithm == "tree" else 2.0
         if protocol == "LL128":
@@ -125,6 +181,16 @@ class Backend:
         if self.tuning is not None and algorithm == "tree":
             return 1 / self.tuning.tree_simple_factor
         return 1.0
+
+    def size_efficiency(self, op: str, algorithm: str, protocol: str, nbytes: float) -> float:
+        """Share of its bandwidth an algorithm reaches at this message size: NCCL's tree
+        all-reduce correction by log2(n/64) (``_TREE_CORRECTION``); 1 otherwise."""
+        if self.tuning is None or algorithm != "tree" or op != "all_reduce" or nbytes < 64:
+            return 1.0
+        row = _TREE_CORRECTION[protocol]
+        index = int(nbytes) >> 6
+        log_size = index.bit_length() - 1
+        return row[log_size] if log_size < len(row) else 1.0
 
     def bandwidth_cap(self, protocol: str, arch: str, nodes: int) -> float:
         """Upper bound on a rank's bus bandwidth (bytes/s) for ``protocol`` (NCCL's LL cap)."""
@@ -137,9 +203,10 @@ class Backend:
 
 _ALL_ALGORITHMS = {
     "all_reduce": ("ring", "tree", "bidirectional_ring", "binomial", "recursive_doubling",
-                   "halving_doubling", "hierarchical", "ring_2d"),
-    "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling"),
-    "all_gather": ("ring", "bidirectional_ring", "recursive_doubling", "halving_doubling"),
+                   "halving_doubling", "hierarchical", "ring_2d", "nvls", "collnet"),
+    "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling", "nvls"),
+    "all_gather": ("ring", "bidirectional_ring", "recursive_doubling", "halving_doubling",
+                   "nvls"),
     "broadcast": ("ring", "binomial"),
     "reduce": ("ring", "binomial"),
     "scatter": ("direct", "binomial"),
@@ -154,12 +221,14 @@ NCCL = Backend(
     name="nccl",
     protocols=PROTOCOLS,
     algorithms=_ALL_ALGORITHMS,
-    # NCCL's tuner weighs ring against tree for all-reduce; other ops run rings (NVLS and
-    # CollNet need NVSwitch/SHARP hardware support and are not modelled). Its all-to-all
-    # and scatter/gather are grouped send/recv, all peers at once.
-    auto_algorithms={"all_reduce": ("ring", "tree"), "scatter": ("direct",),
-                     "gather": ("direct",), "all_to_all": ("direct",),
-                     "all_to_all_v": ("direct",)},
+    # NCCL's tuner weighs ring, tree, NVLS and CollNet for all-reduce, ring and NVLS for
+    # reduce-scatter and all-gather; the in-network ones only where the hardware reduces
+    # (an NVSwitch with NVLink SHARP, SHARP InfiniBand switches). Its all-to-all and
+    # scatter/gather are grouped send/recv, all peers at once.
+    auto_algorithms={"all_reduce": ("ring", "tree", "nvls", "collnet"),
+                     "reduce_scatter": ("ring", "nvls"), "all_gather": ("ring", "nvls"),
+                     "scatter": ("direct",), "gather": ("direct",),
+                     "all_to_all": ("direct",), "all_to_all_v": ("direct",)},
     link_efficiency=_LINK_EFFICIENCY,
     tuning=NCCL_TUNING,
 )
@@ -197,7 +266,10 @@ MPI = Backend(
     name="mpi",
     protocols=("Simple",),
     algorithms={**_ALL_ALGORITHMS, "all_reduce": ("recursive_doubling", "halving_doubling",
-                                                  "ring", "binomial")},
+                                                  "ring", "binomial"),
+                "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling"),
+                "all_gather": ("ring", "bidirectional_ring", "recursive_doubling",
+                               "halving_doubling")},
     auto_algorithms={},
     size_rules={
         "all_reduce": ((2048, "recursive_doubling"), (_INF, "halving_doubling"),

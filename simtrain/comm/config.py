@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from simtrain.comm.algorithms import ALGORITHMS
 from simtrain.comm.model import CommModel
 from simtrain.engine.network import Fabric
+from simtrain.errors import ScenarioError
 from simtrain.units import Seconds
 
 _ALL_NAMES = sorted({name for table in ALGORITHMS.values() for name in table})
@@ -56,5 +57,26 @@ class CommConfig(BaseModel):
         forced = dict(self.algorithms)
         if self.algorithm != "auto":
             forced.setdefault("*", self.algorithm)
+        _check_in_network(forced, fabric)
         return CommModel(fabric, self.backend, arch=arch, algorithms=forced,
                          protocol=self.protocol, launch_latency=self.collective_latency)
+
+
+# In-network algorithms and the switch level they need above every GPU.
+_NEEDS = {"nvls": ("nvswitch", "NVSwitch SHARP (NVLink SHARP: Hopper or newer GPUs on an "
+                   "NVSwitch; cluster nvlink_sharp not false)"),
+          "collnet": ("leaf", "InfiniBand SHARP switches (cluster ib_sharp: true, more than "
+                      "one node)")}
+
+
+def _check_in_network(forced: dict[str, str], fabric: Fabric) -> None:
+    """A forced NVLS or CollNet on hardware without it is bad input, caught before running."""
+    switch = getattr(fabric, "reducing_switch", None)
+    for op, name in forced.items():
+        if name not in _NEEDS:
+            continue
+        level, what = _NEEDS[name]
+        if switch is None or switch(0, level) is None:
+            where = "comm.algorithm" if op == "*" else f"comm.algorithms.{op}"
+            raise ScenarioError(f"{name} needs {what}; this cluster has none; use auto, ring "
+                                "or tree", field=where)

@@ -154,3 +154,38 @@ def hierarchical_all_reduce_time(
 def dissemination_barrier_time(p: int, alpha: float) -> float:
     """Dissemination barrier (Hensgen et al. 1988): ceil(log2 P) rounds of empty messages."""
     return _log2(p) * alpha
+
+
+def nvls_all_reduce_time(n: float, p: int, alpha: float, bandwidth: float) -> float:
+    """NVLink SHARP all-reduce: alpha + (n + n/P)/B.
+
+    Each GPU sends n of contributions to the switch and receives its n/P reduced shard
+    (reduce-scatter by multimem.ld_reduce), then sends that shard and receives all P
+    shards, n (all-gather by multicast store); both halves pipelined, so per direction a
+    GPU's link carries n + n/P. busbw = 2(P-1)/P·n/t -> 2(P-1)/(P+1)·B for large n.
+    """
+    if p <= 1:
+        return 0.0
+    return alpha + (n + n / p) / bandwidth
+
+
+def nvls_reduce_scatter_time(n: float, p: int, alpha: float, bandwidth: float) -> float:
+    """NVLink SHARP reduce-scatter (or all-gather): alpha + n/B (n up and n/P down, or the
+    reverse: the larger direction carries n)."""
+    if p <= 1:
+        return 0.0
+    return alpha + n / bandwidth
+
+
+def collnet_all_reduce_time(
+    n: float, g: int, alpha: float, b_intra: float, b_net: float,
+) -> float:
+    """InfiniBand SHARP all-reduce, pipelined: alpha + max(2(G-1)/G·n/B_intra, (n/G)/B_net).
+
+    Inside a server of G GPUs a ring reduce-scatter and all-gather (2(G-1)/G·n per hop);
+    each GPU's n/G shard goes up to the SHARP switch and the reduced shard comes back
+    (n/G each way over its NIC); the stages overlap over chunks, so the slower one sets
+    the time, independent of the number of servers.
+    """
+    intra = 2 * (g - 1) / g * n / b_intra if g > 1 else 0.0
+    return alpha + max(intra, n / g / b_net)

@@ -11,7 +11,7 @@ the choice and the simulated time agree on an uncongested network.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from simtrain.comm.algorithms import AlgorithmError, Call, Context, Phase, lowering
@@ -75,20 +75,25 @@ class CommModel:
         self._choices: dict[tuple[object, ...], tuple[str, str, float]] = {}
         self._plans: dict[tuple[Call, str], Lowered] = {}
         self._predict = lru_cache(maxsize=4096)(self._predict_uncached)
+        self._unit_cost = lru_cache(maxsize=1024)(self._unit_cost_uncached)
 
     # -- latency ---------------------------------------------------------------------------
-    def _hop(self, a: int, b: int, algorithm: str, protocol: str) -> float:
-        key = (a, b, algorithm, protocol)
+    def _hop(self, a: int, b: int, algorithm: str, protocol: str, multi_node: bool) -> float:
+        key = (a, b, algorithm, protocol, multi_node)
         if key not in self._lat_cache:
             route = self.fabric.route(a, b)
             same = self.fabric.server_of(a) == self.fabric.server_of(b)
             cls = link_class({self._kinds[i] for i in route}, same)
             self._lat_cache[key] = self.backend.hop_latency(
-                self.fabric.route_latency(route), cls, algorithm, protocol)
+                self.fabric.route_latency(route), cls, algorithm, protocol, multi_node)
         return self._lat_cache[key]
 
-    def context(self, algorithm: str, protocol: str) -> Context:
-        return Context(self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol))
+    def context(self, algorithm: str, protocol: str, multi_node: bool = False) -> Context:
+        switch = getattr(self.fabric, "reducing_switch", None)  # preset clusters have it
+        return Context(
+            self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol, multi_node),
+            reducer=lambda level, rank: None if switch is None else switch(rank, level),
+            switch_alpha=lambda cls: self.backend.switch_latency(cls, algorithm, protocol))
 
     def _nodes(self, ranks: Sequence[int]) -> int:
         return len({self.fabric.server_of(r) for r in ranks})
@@ -127,7 +132,13 @@ class CommModel:
         return algos, protos
 
     def _phases(self, call: Call, algorithm: str, protocol: str) -> list[Phase]:
-        return lowering(call.op, algorithm)(call, self.context(algorithm, protocol))
+        nodes = self._nodes(call.ranks)
+        phases = lowering(call.op, algorithm)(call, self.context(algorithm, protocol,
+                                                                   nodes > 1))
+        factor = self.backend.latency_factor(call.op, algorithm, protocol, nodes, self.arch)
+        if factor != 1.0:
+            phases = [replace(ph, latency=ph.latency * factor) for ph in phases]
+        return phases
 
     def flow_cap(self, phase: Phase, wire: float, protocol: str, nodes: int) -> float:
         """Rate limit of each flow of ``phase`` (wire bytes/s).
@@ -145,11 +156,28 @@ class CommModel:
         return cap
 
     def _predict_uncached(self, call: Call, algorithm: str, protocol: str) -> float:
+        """Idle-network time. Every lowering's flow bytes are proportional to n and its
+        latencies independent of n, so the transfer time is linear in n: it is computed
+        once per group, algorithm and protocol (per byte) and scaled, which makes a
+        size sweep on a 1,440-GPU rack cost one max-min solve per candidate."""
+        if call.splits is not None or call.nbytes <= 0:
+            fixed, transfer = self._cost(call, algorithm, protocol)
+            return fixed + transfer
+        fixed, per_byte = self._unit_cost(call.op, call.ranks, algorithm, protocol)
+        eff = self.backend.size_efficiency(call.op, algorithm, protocol, call.nbytes)
+        return fixed + per_byte * call.nbytes / eff
+
+    def _unit_cost_uncached(self, op: str, ranks: tuple[int, ...], algorithm: str,
+                            protocol: str) -> tuple[float, float]:
+        return self._cost(Call(op, ranks, 1.0), algorithm, protocol)
+
+    def _cost(self, call: Call, algorithm: str, protocol: str) -> tuple[float, float]:
+        """(launch + alpha terms, transfer seconds) of ``call`` on an idle network."""
         phases = self._phases(call, algorithm, protocol)
         if not phases:
-            return 0.0
+            return 0.0, 0.0
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(algorithm, protocol, nodes)
+        wire = self.backend.wire_factor(algorithm, protocol, nodes, self.arch)
         route = self.fabric.route
         transfer = 0.0
         for ph in phases:
@@ -159,7 +187,7 @@ class CommModel:
                                       None if cap == float("inf") else [cap] * len(ph.flows),
                                       coupled=ph.coupled)
         latency = sum(ph.latency for ph in phases)
-        return self._launch(algorithm, protocol) + latency + transfer
+        return self._launch(algorithm, protocol) + latency, transfer
 
     def _launch(self, algorithm: str, protocol: str) -> float:
         if self.launch_override is not None:
@@ -200,14 +228,17 @@ class CommModel:
     def _plan(self, call: Call, algorithm: str) -> Lowered:
         name, protocol, t = self.choose(call, algorithm)
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(name, protocol, nodes)
+        wire = self.backend.wire_factor(name, protocol, nodes, self.arch)
         phases = self._phases(call, name, protocol)
+        # A size efficiency stretches every flow's time alike: the bytes grow by 1/eff
+        # while the caps (computed with ``wire``) stay, so capped flows stretch too.
+        eff = self.backend.size_efficiency(call.op, name, protocol, call.nbytes)
         return Lowered(
             algorithm=name,
             protocol=protocol,
             launch_latency=self._launch(name, protocol),
             phases=phases,
-            wire_factor=wire,
+            wire_factor=wire / eff,
             flow_caps=[self.flow_cap(ph, wire, protocol, nodes) for ph in phases],
             predicted_s=t,
         )
@@ -219,6 +250,10 @@ class CommModel:
         errors = []
         for name in algos:
             for protocol in protos:
+                if not self.backend.supports(name, protocol):
+                    if len(protos) == 1:
+                        errors.append(f"{name} runs only the Simple protocol, not {protocol}")
+                    continue
                 try:
                     t = self.predict(call, name, protocol)
                 except AlgorithmError as exc:

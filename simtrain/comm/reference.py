@@ -63,8 +63,8 @@ POINTS: tuple[ReferencePoint, ...] = (
     ReferencePoint("2x A100 nodes, 4x dual-port 200G IB (user)", 86.0, "nccl-tests#175 (user)",
                    {}, not_representable="dual-port NICs sharing one PCIe slot are not "
                    "modelled; a 4-NIC node predicts ~96 GB/s (+11%)"),
-    ReferencePoint("8x H100 NVLS all-reduce", 480.0, "nccl-tests#212 (maintainer)", {},
-                   not_representable="NVLink SHARP (in-switch reduction) is not modelled"),
+    ReferencePoint("8x H100 NVLS all-reduce", 480.0, "nccl-tests#212 (maintainer)",
+                   {"preset": "dgx-h100"}, algorithm="nvls"),
     ReferencePoint("8x H800 all-reduce (user)", 215.0, "nccl#1374 (user)", {},
                    not_representable="H800 not in the GPU catalogue; 8 NVLink4 links give "
                    "~165 GB/s ring busbw, so the measurement likely used NVLS"),

@@ -49,8 +49,11 @@ def run_sweep(
     ranks: Sequence[int],
     message_sizes: Sequence[int],
     algorithm: str = "auto",
+    network: str = "flow",
 ) -> Iterator[SweepRow]:
-    """Yield one row per size (a generator, so callers can show progress)."""
+    """Yield one row per size (a generator, so callers can show progress). ``network``
+    is the engine's backend: "flow" (max-min flows) or "analytic" (the idle-network time,
+    the same on an otherwise idle cluster and far cheaper on thousands of GPUs)."""
     factor = busbw_factor(op, len(ranks))
     for size in message_sizes:
         graph = TaskGraph(cluster.num_gpus)
@@ -58,7 +61,7 @@ def run_sweep(
             graph.send_recv(ranks[0], ranks[1], size, op)
         else:
             graph.collective(op, ranks, size, op, algorithm=algorithm)
-        timeline = execute(graph, cluster, comm=comm)
+        timeline = execute(graph, cluster, comm=comm, network=network)
         span = timeline.spans[0]
         t = timeline.end
         algbw = size / t / 1e9 if t > 0 else 0.0

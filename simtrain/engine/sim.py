@@ -18,7 +18,7 @@ import simpy
 
 from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel, Lowered
-from simtrain.engine.network import Fabric, FlowNetwork, couple
+from simtrain.engine.network import Endpoint, Fabric, FlowNetwork, anchor, couple, relocate
 from simtrain.engine.taskgraph import Task, TaskGraph
 from simtrain.engine.timeline import FlowRecord, Span, Timeline
 
@@ -150,7 +150,7 @@ class Executor:
             return len(task.ranks)
         return sum(1 for r in task.ranks if r not in self.graph.virtual)
 
-    def _weights(self, task: Task, flows: Sequence[tuple[int, int, float]],
+    def _weights(self, task: Task, flows: Sequence[tuple[Endpoint, Endpoint, float]],
                  routes: Sequence[tuple[tuple[int, ...], float]]) -> list[tuple[float, ...]]:
         """Per-link multiplicity of each flow: 1 + the copies whose same flow uses the link."""
         assert task.comm is not None
@@ -159,12 +159,13 @@ class Executor:
         route = self.fabric.route
         out = []
         for (src, dst, _nb), (path, _wire) in zip(flows, routes, strict=True):
-            key = (id(copies), index[src], index[dst], path)  # graph-owned tuples
+            i, j = index[anchor(src)], index[anchor(dst)]  # switch endpoints: via a rank
+            key = (id(copies), i, j, path)  # graph-owned tuples
             weights = self._weight_cache.get(key)
             if weights is None:
                 counts = dict.fromkeys(path, 1.0)
                 for copy in copies:
-                    for link in route(copy[index[src]], copy[index[dst]]):
+                    for link in route(relocate(src, copy[i]), relocate(dst, copy[j])):
                         if link in counts:
                             counts[link] += 1.0
                 weights = self._weight_cache[key] = tuple(counts[link] for link in path)

@@ -25,7 +25,11 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 if TYPE_CHECKING:
-    from simtrain.hardware.topology import CustomTopology
+    from simtrain.hardware.custom import CustomTopology
+
+# NVLink-C2C between a Grace CPU and its GPUs: 900 GB/s bidirectional, 450 per direction
+# (NVIDIA GB200 NVL72 and Grace Hopper product pages; general knowledge, not in reference).
+C2C_BANDWIDTH = 450e9
 
 NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "cpu", "nic", "leaf", "spine")
 
@@ -112,6 +116,14 @@ class FabricLayout:
     oversubscription: float
     nodes_per_leaf: int
     switch_latency: float
+    # In-network reduction: NVLink SHARP in the NVSwitch (NVLS) and SHARP in the
+    # InfiniBand leaves and spines (CollNet); switch nodes carry ``reduce=True``.
+    nvlink_sharp: bool = False
+    ib_sharp: bool = False
+    # Rack-scale boxes (GB200/GB300 NVL72): GPUs per compute tray and per Grace CPU
+    # (0 = no CPU nodes drawn), joined to their Grace by NVLink-C2C.
+    gpus_per_tray: int = 0
+    gpus_per_cpu: int = 0
 
     # ---- derived sizes -------------------------------------------------------------
     @property
@@ -209,7 +221,9 @@ class FabricLayout:
         multi = self.servers > 1
         for s in range(self.servers):
             for g in range(gpn):
-                b.node(self.gpu(s, g), "gpu", rank=s * gpn + g, server=s, local_rank=g)
+                tray = {"tray": g // self.gpus_per_tray} if self.gpus_per_tray else {}
+                b.node(self.gpu(s, g), "gpu", rank=s * gpn + g, server=s, local_rank=g,
+                       **tray)
             if self.intra_node == "nvswitch":
                 self._build_nvswitch_box(b, s, multi)
             else:
@@ -219,10 +233,16 @@ class FabricLayout:
         return b
 
     def _build_nvswitch_box(self, b: GraphBuilder, s: int, multi: bool) -> None:
-        b.node(self.nvswitch(s), "nvswitch", server=s)
+        b.node(self.nvswitch(s), "nvswitch", server=s, reduce=self.nvlink_sharp)
         for g in range(self.gpus_per_node):
             b.link(self.gpu(s, g), self.nvswitch(s), "nvlink",
                    self.nvlink_bandwidth, self.nvlink_latency)
+        if self.gpus_per_cpu:
+            for c in range(math.ceil(self.gpus_per_node / self.gpus_per_cpu)):
+                b.node(self.cpu(s, c), "cpu", server=s, model="grace")
+            for g in range(self.gpus_per_node):
+                b.link(self.gpu(s, g), self.cpu(s, g // self.gpus_per_cpu), "nvlink",
+                       C2C_BANDWIDTH, self.nvlink_latency)
         if not multi:
             return
         for k in range(self.nics_per_node):
@@ -258,10 +278,10 @@ class FabricLayout:
         for u in range(self.units):
             for k in range(self.rails):
                 name = self.leaf(u * self.nodes_per_leaf, k)
-                b.node(name, "leaf", unit=u, rail=k)
+                b.node(name, "leaf", unit=u, rail=k, reduce=self.ib_sharp)
                 leaves.append(name)
         for j in range(self.num_spines):
-            b.node(self.spine(j), "spine")
+            b.node(self.spine(j), "spine", reduce=self.ib_sharp)
         for s in range(self.servers):
             for k in range(self.nics_per_node):
                 b.link(self.nic(s, k), self.leaf(s, k), "ib",
@@ -290,6 +310,38 @@ class FabricLayout:
             # Equal-cost spines: a fixed, symmetric rule (never Python's randomised hash).
             middle = [la, self.spine((src + dst) % self.num_spines), lb]
         return up + middle + down
+
+    def reducing_switch(self, rank: int, level: str) -> str | None:
+        """Name of the switch of ``level`` ("nvswitch", "leaf", "spine") above GPU ``rank``
+        when it can reduce in the network, else None.
+
+        A rank's spine is fixed by its rail (NIC index k -> spine k mod spines), so the
+        GPUs of one rail meet at one SHARP aggregation root.
+        """
+        s, g = divmod(rank, self.gpus_per_node)
+        if level == "nvswitch":
+            ok = self.intra_node == "nvswitch" and self.nvlink_sharp
+            return self.nvswitch(s) if ok else None
+        if not self.ib_sharp or self.servers <= 1:
+            return None
+        k = self.nic_of_gpu(g)
+        if level == "leaf":
+            return self.leaf(s, k)
+        if level == "spine" and self.num_spines > 0:
+            return self.spine(k % self.num_spines)
+        return None
+
+    def switch_path(self, rank: int, level: str) -> list[str]:
+        """Node names from GPU ``rank`` up to its reducing switch of ``level``."""
+        switch = self.reducing_switch(rank, level)
+        if switch is None:
+            raise ValueError(f"GPU {rank} has no {level} that reduces in the network")
+        s, g = divmod(rank, self.gpus_per_node)
+        if level == "nvswitch":
+            return [self.gpu(s, g), switch]
+        k = self.nic_of_gpu(g)
+        up = self._gpu_to_nic(s, g, k) + [self.leaf(s, k)]
+        return up if level == "leaf" else [*up, switch]
 
     def _gpu_to_nic(self, s: int, g: int, k: int) -> list[str]:
         if self.intra_node == "nvswitch":

@@ -136,6 +136,33 @@ _CATALOGUE = [
     _spec("b200", "B200 SXM 180GB", "blackwell",
           tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 9000, "tf32": 1100},
           hbm_gib=179, hbm_tb_s=8.0, sms=148, nvlink_gb_s=900, pcie_gb_s=64),
+    # hardware.yaml "B200 in GB200 (1200 W)": bf16 2500, tf32 1250, fp8 5000, fp4 10000
+    # (dense). HBM3e: Azure ND GB200 v6 reports "GB200 185GB" (reference/nccl_modern.yaml;
+    # taken as the visible GiB, like B200's 179) at 8.0 TB/s (as B200), NVLink5 900 GB/s
+    # per direction (1.8 TB/s per GPU, hardware.yaml NVLink5 row); 148 SMs as the B200
+    # (same die, general knowledge).
+    _spec("gb200", "B200 in GB200 185GB", "blackwell",
+          tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 10000, "tf32": 1250},
+          hbm_gib=185, hbm_tb_s=8.0, sms=148, nvlink_gb_s=900, pcie_gb_s=64),
+    # B300 (Blackwell Ultra, HGX/DGX B300) is not in hardware.yaml. NVIDIA's published
+    # specs (HGX B300 / DGX B300 datasheets, Blackwell Ultra technical blog, 2025): 288 GB
+    # HBM3e at 8 TB/s, NVLink5 1.8 TB/s per GPU (900 per direction), dense FP4 15 PF
+    # (sparse 2x omitted); bf16/fp16 2250, tf32 1100 and fp8 4500 dense as the HGX B200
+    # (the datasheets' 72 PFLOPS FP8 per 8 GPUs is the sparse figure, same as DGX B200).
+    # 148 SMs as enabled on B200 (the die has 160; general knowledge, low confidence).
+    # Capacity: 288 GB decimal = 268 GiB (how much is visible is not published).
+    # PCIe Gen6 x16 = 128 GB/s per direction (ConnectX-8 SuperNIC, datasheet).
+    _spec("b300", "B300 SXM 288GB", "blackwell",
+          tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 15000, "tf32": 1100},
+          hbm_gib=268, hbm_tb_s=8.0, sms=148, nvlink_gb_s=900, pcie_gb_s=128),
+    # B300 in GB300 (NVL72), NVIDIA GB300 NVL72 product page (2025): per rack 360 PF bf16
+    # and 720 PF fp8 with sparsity, 1,080 PF dense FP4, 20-21 TB HBM3e at 576 TB/s and
+    # 130 TB/s of NVLink -> per GPU 2500 bf16, 5000 fp8, 15000 fp4 dense, 288 GB, 8 TB/s,
+    # 1.8 TB/s NVLink (900 per direction), capacity 268 GiB as B300. tf32 1250 as GB200
+    # (general knowledge).
+    _spec("gb300", "B300 in GB300 288GB", "blackwell",
+          tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 15000, "tf32": 1250},
+          hbm_gib=268, hbm_tb_s=8.0, sms=148, nvlink_gb_s=900, pcie_gb_s=128),
     # hardware.yaml "MI300X" (confidence low): bf16/fp16 1307.4 (torchtitan table), fp8
     # 2614.9, HBM3 5.3 TB/s, 304 CUs, Infinity Fabric 896 GB/s aggregate -> 448 GB/s per
     # direction (derived; 7 xGMI links, low confidence). tf32 653.7 and fp32 163.4 from the

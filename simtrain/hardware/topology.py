@@ -3,7 +3,8 @@
 ``ClusterConfig`` is the scenario's ``cluster:`` section. ``build_cluster`` turns it into a
 ``Cluster``: a networkx DiGraph whose edges are directed ``Link``s (bytes/s per direction,
 seconds of latency), plus deterministic, cached GPU-to-GPU routes the engine's flow model
-uses. Graphs (preset shapes and ``custom:`` ones) are built in ``fabric.py``.
+uses. Graphs (preset shapes and ``custom:`` ones) are built in ``fabric.py``; the presets
+live in ``presets.py``, the ``custom:`` schema in ``custom.py``.
 
 Default latencies (per link; a route's latency is the sum over its links):
 - nvlink 0.3 us: GPU->NVSwitch->GPU is 0.6 us, NCCL's NVLink hw latency per ring step
@@ -25,8 +26,10 @@ from itertools import pairwise
 from typing import Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
+from simtrain.engine.network import Endpoint, SwitchPort
+from simtrain.hardware.custom import CustomLink, CustomTopology
 from simtrain.hardware.fabric import (
     NODE_KINDS,
     FabricLayout,
@@ -35,6 +38,7 @@ from simtrain.hardware.fabric import (
     build_custom_graph,
 )
 from simtrain.hardware.gpus import GPUSpec, get_gpu
+from simtrain.hardware.presets import CLUSTER_PRESETS, LEAF_DOWN_PORTS, NVLS_ARCHS
 from simtrain.units import Bandwidth, Seconds
 
 __all__ = [
@@ -47,118 +51,6 @@ __all__ = [
     "Link",
     "build_cluster",
 ]
-
-# Leaf switches are taken as 64-port (NVIDIA Quantum-2 QM9700: 64 NDR ports), half down and
-# half up, so 32 NIC ports per leaf; a DGX SuperPOD scalable unit is 32 servers (general
-# knowledge). Rail-optimized: 32 servers per rail leaf; fat tree: 32 // nics servers.
-LEAF_DOWN_PORTS = 32
-
-# Preset dicts hold ClusterConfig fields in YAML spelling. They never pin GPU-derived numbers
-# (NVLink/PCIe rates), so overriding ``gpu`` keeps the rest consistent.
-CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
-    # DGX A100: 8x A100 80GB on NVSwitch, 8x HDR 200 Gb/s NICs, one per GPU
-    # (NVIDIA/nccl#812, "DGX-A100 8x200Gbit/s IB"; reference/hardware.yaml HDR row).
-    "dgx-a100": {"gpu": "a100-80gb", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
-    # DGX/HGX H100: 8x H100 SXM, NVLink4 via 4 NVSwitches (astra-sim HGX-H100 page), 8x CX-7
-    # NDR 400 Gb/s, one per GPU (reference/hardware.yaml NDR row, nccl-tests#267).
-    "dgx-h100": {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    "hgx-h100": {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    # DGX H200: same box as DGX H100 with H200s (8x CX-7 400G; general knowledge).
-    "dgx-h200": {"gpu": "h200-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    # DGX B200: 8x B200 on NVLink5 (NV18, vultr HGX B200 doc), 8x 400G NICs (general knowledge).
-    "dgx-b200": {"gpu": "b200", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
-    # DGX-2: 16x V100 32GB on NVSwitch, 8x EDR 100 Gb/s NICs, two GPUs per NIC (NVIDIA DGX-2
-    # datasheet; the Megatron-LM 2020 calibration system, reference/calibration.yaml).
-    "dgx-2": {"gpu": "v100-32gb", "gpus_per_node": 16, "intra_node": "nvswitch",
-              "nics_per_node": 8, "nic_bandwidth": "100Gbps", "fabric": "rail-optimized"},
-    # Generic PCIe server: 8 GPUs behind 4 PCIe Gen4 switches (2 each), two CPU sockets, one
-    # shared 200G NIC. Socket link 16 GB/s is NCCL's AMD_BW (topo.h, reference/nccl.yaml).
-    "pcie-a100": {"gpu": "a100-80gb-pcie", "gpus_per_node": 8, "intra_node": "pcie",
-                  "pcie_switches_per_node": 4, "cpu_link_bandwidth": "16GB/s",
-                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
-    # Same with H100 PCIe on Gen5; socket link 22 GB/s is NCCL's SRP_QPI_BW (Sapphire Rapids).
-    "pcie-h100": {"gpu": "h100-pcie", "gpus_per_node": 8, "intra_node": "pcie",
-                  "pcie_switches_per_node": 4, "cpu_link_bandwidth": "22GB/s",
-                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
-}
-
-
-class CustomLink(BaseModel):
-    """One user-described link; bidirectional links get the bandwidth in each direction."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    a: str
-    b: str
-    kind: Literal["nvlink", "pcie", "ib", "ethernet", "qpi"]
-    bandwidth: Bandwidth
-    latency: Seconds = 0.0
-    bidirectional: bool = True
-
-
-class CustomTopology(BaseModel):
-    """A user-written graph: GPUs (rank i = gpus[i]), switches, and the links between them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu: str
-    gpus: list[str]
-    nodes_of: dict[str, int] | None = None
-    switches: list[str] = Field(default_factory=list)
-    links: list[CustomLink]
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, value: str) -> str:
-        return get_gpu(value).name
-
-    @model_validator(mode="after")
-    def _check_graph(self) -> CustomTopology:
-        if not self.gpus:
-            raise ValueError("custom topology lists no gpus; add e.g. gpus: [g0, g1]")
-        names = self.gpus + self.switches
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise ValueError(f"custom topology node {name!r} is listed twice; names "
-                                 "must be unique across gpus and switches")
-            seen.add(name)
-        for gpu_name, server in (self.nodes_of or {}).items():
-            if gpu_name not in self.gpus:
-                raise ValueError(f"nodes_of names {gpu_name!r}, which is not in gpus "
-                                 f"{self.gpus}; fix the name or add it to gpus")
-            if server < 0:
-                raise ValueError(f"nodes_of[{gpu_name!r}] = {server} must be >= 0")
-        pairs: set[tuple[str, str]] = set()
-        for i, link in enumerate(self.links):
-            for end in (link.a, link.b):
-                if end not in seen:
-                    raise ValueError(f"links[{i}] names unknown node {end!r}; declare it "
-                                     "under gpus or switches")
-            if link.a == link.b:
-                raise ValueError(f"links[{i}] connects {link.a!r} to itself; remove it")
-            dirs = [(link.a, link.b), (link.b, link.a)] if link.bidirectional else [
-                (link.a, link.b)]
-            for d in dirs:
-                if d in pairs:
-                    raise ValueError(f"links[{i}] duplicates link {d[0]!r}->{d[1]!r}; "
-                                     "merge them into one link with the summed bandwidth")
-                pairs.add(d)
-        graph = nx.DiGraph(list(pairs))
-        graph.add_nodes_from(names)
-        root = self.gpus[0]
-        forward, backward = nx.descendants(graph, root), nx.ancestors(graph, root)
-        for name in self.gpus[1:]:
-            if name not in forward or name not in backward:
-                way = f"{root!r} -> {name!r}" if name not in forward else f"{name!r} -> {root!r}"
-                raise ValueError(f"custom topology: no path {way}; every GPU must reach every "
-                                 "other GPU, add links (or make them bidirectional)")
-        return self
 
 
 class ClusterConfig(BaseModel):
@@ -193,6 +85,14 @@ class ClusterConfig(BaseModel):
     oversubscription: float = 1.0
     nodes_per_leaf: int | None = None
     switch_latency: Seconds = 0.2e-6
+    # NVLink SHARP (NVLS): None = derived, on where the GPUs sit on an NVSwitch that has it
+    # (third-generation NVSwitch and later: HGX/DGX H100 and newer, NVL72); false turns it
+    # off (NCCL_NVLS_ENABLE=0). ib_sharp: InfiniBand switches with SHARP enabled (CollNet).
+    nvlink_sharp: bool | None = None
+    ib_sharp: bool = False
+    # Rack-scale NVLink domains: GPUs per compute tray and per Grace CPU (0 = not drawn).
+    gpus_per_tray: int = 0
+    gpus_per_cpu: int = 0
     custom: CustomTopology | None = None
 
     @model_validator(mode="before")
@@ -210,6 +110,13 @@ class ClusterConfig(BaseModel):
     @classmethod
     def _known_gpu(cls, value: str | None) -> str | None:
         return None if value is None else get_gpu(value).name
+
+    @field_validator("gpus_per_tray", "gpus_per_cpu")
+    @classmethod
+    def _not_negative(cls, value: int, info: Any) -> int:
+        if value < 0:
+            raise ValueError(f"{info.field_name} must be >= 0 (0 = not modelled), got {value!r}")
+        return value
 
     @field_validator("nodes", "gpus_per_node", "pcie_switches_per_node", "nodes_per_leaf")
     @classmethod
@@ -245,7 +152,21 @@ class ClusterConfig(BaseModel):
         if self.intra_node == "nvswitch" and self.effective_nvlink_bandwidth <= 0:
             raise ValueError(f"gpu {self.gpu!r} has no NVLink, so intra_node 'nvswitch' "
                              "cannot work; set intra_node: pcie (or give nvlink_bandwidth)")
+        if self.nvlink_sharp and not self._nvswitch_has_sharp:
+            raise ValueError(f"nvlink_sharp is true but {self.gpu} on {self.intra_node} has "
+                             "no NVSwitch with NVLink SHARP (Hopper or newer GPUs on an "
+                             "NVSwitch); remove nvlink_sharp or choose such a GPU")
         return self
+
+    @property
+    def _nvswitch_has_sharp(self) -> bool:
+        return self.intra_node == "nvswitch" and self.gpu_spec.arch in NVLS_ARCHS
+
+    @property
+    def effective_nvlink_sharp(self) -> bool:
+        """NVLink SHARP usable: asked for (or derived) and present in the hardware."""
+        wanted = True if self.nvlink_sharp is None else self.nvlink_sharp
+        return wanted and self._nvswitch_has_sharp
 
     # ---- derived values (kept out of the stored fields so overrides stay consistent) ----
     @property
@@ -289,6 +210,8 @@ class ClusterConfig(BaseModel):
             nic_latency=self.nic_latency, fabric=self.fabric,
             oversubscription=self.oversubscription,
             nodes_per_leaf=self.effective_nodes_per_leaf, switch_latency=self.switch_latency,
+            nvlink_sharp=self.effective_nvlink_sharp, ib_sharp=self.ib_sharp,
+            gpus_per_tray=self.gpus_per_tray, gpus_per_cpu=self.gpus_per_cpu,
         )
 
 
@@ -304,6 +227,8 @@ class Cluster:
         gpus: list[str],
         servers: list[int],
         path_fn: Callable[[int, int], list[str]],
+        switch_fn: Callable[[int, str], str | None] | None = None,
+        switch_path_fn: Callable[[int, str], list[str]] | None = None,
     ) -> None:
         self.config = config
         self.gpu_spec = gpu_spec
@@ -317,7 +242,9 @@ class Cluster:
         self.num_servers = len(per_server)
         self.gpus_per_server = max(per_server.values())
         self._path_fn = path_fn
-        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._switch_fn = switch_fn
+        self._switch_path_fn = switch_path_fn
+        self._routes: dict[tuple[Endpoint, Endpoint], tuple[int, ...]] = {}
         # Preset-built clusters wire every server alike, so a group's idle-network cost
         # depends only on its shape (rank offsets and position inside a server).
         self.uniform = config.custom is None
@@ -348,11 +275,38 @@ class Cluster:
             return [self.gpus[src_rank]]
         return [self.links[route[0]].src] + [self.links[i].dst for i in route]
 
-    def route(self, src_rank: int, dst_rank: int) -> tuple[int, ...]:
-        """Link ids from ``src_rank`` to ``dst_rank``; () for the same rank. Cached per pair."""
+    def reducing_switch(self, rank: int, level: str) -> str | None:
+        """The switch of ``level`` above GPU ``rank`` if it reduces in the network, else None
+        (custom graphs declare none)."""
+        if self._switch_fn is None:
+            return None
+        return self._switch_fn(self._check_rank(rank), level)
+
+    def _switch_route(self, src: Endpoint, dst: Endpoint) -> tuple[int, ...]:
+        if isinstance(src, SwitchPort) and isinstance(dst, SwitchPort):
+            raise ValueError(f"no route between two switches ({src} -> {dst})")
+        port = src if isinstance(src, SwitchPort) else dst
+        assert isinstance(port, SwitchPort)
+        if self._switch_path_fn is None or self.reducing_switch(port.rank, port.level) is None:
+            raise ValueError(f"GPU {port.rank} has no {port.level} that reduces in the network")
+        nodes = self._switch_path_fn(self._check_rank(port.rank), port.level)
+        if port is src:
+            nodes = nodes[::-1]
+        return tuple(self._edge_ids[(u, v)] for u, v in pairwise(nodes))
+
+    def route(self, src_rank: Endpoint, dst_rank: Endpoint) -> tuple[int, ...]:
+        """Link ids from ``src_rank`` to ``dst_rank``; () for the same rank. Cached per pair.
+
+        Either end may be a ``SwitchPort`` (in-network reduction): the route then runs
+        between the GPU and its reducing switch.
+        """
         cached = self._routes.get((src_rank, dst_rank))
         if cached is not None:
             return cached
+        if isinstance(src_rank, SwitchPort) or isinstance(dst_rank, SwitchPort):
+            route = self._switch_route(src_rank, dst_rank)
+            self._routes[(src_rank, dst_rank)] = route
+            return route
         src_rank, dst_rank = self._check_rank(src_rank), self._check_rank(dst_rank)
         key = (src_rank, dst_rank)
         if src_rank == dst_rank:
@@ -428,5 +382,6 @@ def _build_cluster(cfg: ClusterConfig) -> Cluster:
         config=cfg, gpu_spec=cfg.gpu_spec, builder=builder,
         gpus=[layout.gpu(s, g) for s in range(cfg.nodes) for g in range(gpn)],
         servers=[s for s in range(cfg.nodes) for _ in range(gpn)],
-        path_fn=layout.path,
+        path_fn=layout.path, switch_fn=layout.reducing_switch,
+        switch_path_fn=layout.switch_path,
     )

@@ -24,10 +24,11 @@ def plan(c, n, op="all_reduce", backend="nccl", ranks=None, **kw):
 def test_small_messages_are_latency_bound_and_use_low_latency_protocols():
     c = cluster(nodes=16)
     small = plan(c, 8)
-    # 8 bytes: NCCL tree/LL. Latency model: base 6.8 us + 2 x (7 x 0.6 us intra +
-    # log2(16) = 4 x 5.0 us net) = 6.8 + 48.4 = 55.2 us; bytes are negligible.
+    # 8 bytes: NCCL tree/LL. Latency model: base 6.8 us + 2 x (7 x 1.0 us intra (the LL
+    # NVLink hop 0.6 us raised to netOverhead 1.0 us as the call spans nodes) +
+    # log2(16) = 4 x 5.0 us net) = 6.8 + 54.0 = 60.8 us; bytes are negligible.
     assert (small.algorithm, small.protocol) == ("tree", "LL")
-    assert small.predicted_s == pytest.approx(55.2e-6, rel=0.01)
+    assert small.predicted_s == pytest.approx(60.8e-6, rel=0.01)
     large = plan(c, 8 << 30)
     assert (large.algorithm, large.protocol) == ("ring", "Simple")
 
@@ -155,3 +156,39 @@ def execute_slowdown(c, model):
     deps = [g.compute(r, "f", 1e-3) for r in range(8)]
     g.collective("all_reduce", range(8), 1 << 26, "ar", deps=deps)
     return execute(g, c, comm=model, slowdowns={3: 1.5}).end
+
+
+def test_tree_correction_by_message_size():
+    # tuning.cc treeCorrectionFactor[proto][log2(n/64)]: 256 KiB -> log2(4096) = 12 ->
+    # LL 0.4; 4 MiB -> 16 -> LL128 0.7; 512 MiB -> 23, past the table -> 1.0; rings: 1.0.
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL", 256 << 10) == 0.4
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 4 << 20) == 0.7
+    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 512 << 20) == 1.0
+    assert NCCL.size_efficiency("all_reduce", "ring", "LL", 256 << 10) == 1.0
+    # The transfer part of a tree all-reduce stretches by 1/0.7 at 4 MiB/LL128, in the
+    # prediction and in the simulated flows alike.
+    c = cluster(nodes=4)
+    model = CommModel(c, "nccl", arch=c.gpu_spec.arch)
+    call = Call("all_reduce", tuple(range(32)), float(4 << 20))
+    fixed, per_byte = model._unit_cost(call.op, call.ranks, "tree", "LL128")
+    assert model.predict(call, "tree", "LL128") == pytest.approx(
+        fixed + per_byte * (4 << 20) / 0.7)
+    g = TaskGraph(c.num_gpus)
+    g.collective("all_reduce", list(range(32)), 4 << 20, "ar", algorithm="tree")
+    simulated = execute(g, c, comm=CommModel(c, "nccl", arch=c.gpu_spec.arch,
+                                             protocol="LL128")).end
+    assert simulated == pytest.approx(fixed + per_byte * (4 << 20) / 0.7, rel=1e-6)
+
+
+def test_multi_node_ring_simple_pays_the_plateau_latency():
+    # tuning.cc: multi-node ring all-reduce on Simple, latency x 1.4 on SM80+. 2 DGX A100,
+    # 16 ranks, one ring per channel: 14 of its 16 hops intra-node at max(3.4 us, 3 x 1.0
+    # us netOverhead) = 3.4 us, 2 over the network at max(route 3.6 us, 14 us) = 14 us;
+    # mean hop (47.6 + 28) / 16 = 4.725 us x 2(P-1) = 30 steps = 141.75 us, x 1.4 =
+    # 198.45 us.
+    c = cluster(nodes=2)
+    model = CommModel(c, "nccl", arch="ampere")
+    phases = model._phases(Call("all_reduce", tuple(range(16)), 1e9), "ring", "Simple")
+    assert sum(ph.latency for ph in phases) == pytest.approx(198.45e-6, rel=1e-6)
+    one = model._phases(Call("all_reduce", tuple(range(8)), 1e9), "ring", "Simple")
+    assert sum(ph.latency for ph in one) == pytest.approx(14 * 3.4e-6)  # one node: no factor

@@ -12,7 +12,7 @@ GIB = 2.0**30
 def test_catalogue_has_the_expected_entries() -> None:
     assert set(GPUS) == {
         "v100-32gb", "a100-40gb", "a100-80gb", "a100-80gb-pcie", "h100-sxm",
-        "h100-pcie", "h200-sxm", "b200", "mi300x",
+        "h100-pcie", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x",
     }
     for key, spec in GPUS.items():
         assert spec.name == key
@@ -82,3 +82,20 @@ def test_specs_are_hashable_and_frozen() -> None:
     assert hash(spec) == hash(get_gpu("b200"))
     with pytest.raises(AttributeError):
         spec.num_sms = 1  # type: ignore[misc]
+
+
+def test_grace_blackwell_and_blackwell_ultra_values() -> None:
+    # hardware.yaml "B200 in GB200 (1200 W)": 2500 bf16, 5000 fp8, 10000 fp4 dense;
+    # NVLink5 900 GB/s per direction (1.8 TB/s per GPU).
+    gb200 = get_gpu("gb200")
+    assert gb200.flops("bf16") == pytest.approx(2500e12)
+    assert gb200.flops("fp8") == pytest.approx(5000e12)
+    assert gb200.nvlink_bandwidth == pytest.approx(900e9)
+    # B300 (NVIDIA HGX B300 datasheet): 288 GB = 268 GiB HBM3e at 8 TB/s, 15 PF dense FP4,
+    # 4.5 PF dense FP8; GB300 (GB300 NVL72 page): 720 PF sparse FP8 / 72 / 2 = 5 PF dense.
+    b300, gb300 = get_gpu("b300"), get_gpu("gb300")
+    assert b300.hbm_bytes == 268 * GIB and b300.hbm_bandwidth == pytest.approx(8e12)
+    assert b300.flops("fp4") == pytest.approx(15000e12)
+    assert b300.flops("fp8") == pytest.approx(4500e12)
+    assert gb300.flops("fp8") == pytest.approx(5000e12)
+    assert {b300.arch, gb300.arch, gb200.arch} == {"blackwell"}

@@ -25,7 +25,8 @@ def kinds(c: Cluster, src: int, dst: int) -> list[str]:
 
 def test_presets_all_build() -> None:
     assert set(CLUSTER_PRESETS) == {"dgx-a100", "dgx-h100", "hgx-h100", "dgx-h200", "dgx-b200",
-                                    "dgx-2", "pcie-a100", "pcie-h100"}
+                                    "dgx-b300", "gb200-nvl72", "gb300-nvl72", "dgx-2",
+                                    "pcie-a100", "pcie-h100"}
     for name in CLUSTER_PRESETS:
         c = cluster(preset=name, nodes=2)
         assert c.num_servers == 2
@@ -259,3 +260,27 @@ def test_16k_gpu_cluster_builds_fast() -> None:
     for r in range(0, 16384, 16):
         c.route(r, 16383 - r)
     assert time.perf_counter() - start < 1.0
+
+
+def test_gb200_nvl72_is_one_nvlink_domain_of_72() -> None:
+    # 72 GPUs on one NVSwitch with NVLink SHARP, 900 GB/s per direction each (1.8 TB/s),
+    # 18 trays of 4 GPUs, 36 Grace CPUs (2 GPUs each, NVLink-C2C 450 GB/s per direction),
+    # one 400G NIC per GPU when racks are joined.
+    c = cluster(preset="gb200-nvl72", nodes=2)
+    assert (c.num_gpus, c.num_servers, c.gpus_per_server) == (144, 2, 72)
+    nodes = c.graph.nodes
+    assert nodes["n0.nvswitch"]["reduce"] is True
+    assert nodes["n0.gpu71"]["tray"] == 17
+    assert sum(1 for _n, d in nodes(data=True) if d.get("model") == "grace") == 72
+    route = c.route(0, 71)  # GPU -> NVSwitch -> GPU, the whole rack one hop apart
+    assert [c.links[i].bandwidth for i in route] == [900e9, 900e9]
+    assert c.links[c.route(0, 72)[1]].bandwidth == pytest.approx(50e9)  # NIC: 400 Gb/s
+    assert c.reducing_switch(5, "nvswitch") == "n0.nvswitch"
+    assert cluster(preset="dgx-a100").reducing_switch(0, "nvswitch") is None
+    assert cluster(preset="gb200-nvl72", nvlink_sharp=False).reducing_switch(0, "nvswitch") \
+        is None
+
+
+def test_rack_fields_reject_negatives() -> None:
+    with pytest.raises(ValueError, match="gpus_per_tray must be >= 0"):
+        ClusterConfig(preset="gb200-nvl72", gpus_per_tray=-1)
