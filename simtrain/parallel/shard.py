@@ -264,20 +264,3 @@ def chunk_units(cfg: ModelConfig, layers: range, *, first: bool, last: bool, b: 
     if last:
         units += head_units(cfg, b, s, dt, spec)
     return units
-
-
-def expert_load(ep_index: int, layer: int, ep: int, imbalance: float,
-                capacity_factor: float | None) -> float:
-    """Routed tokens of EP rank ``ep_index`` in ``layer`` relative to the mean (deterministic).
-
-    The rank ``layer % ep`` is hot with 1 + imbalance (capped by the capacity factor, the
-    excess tokens are dropped); the others share the rest evenly so the mean stays 1.
-    """
-    if ep == 1 or imbalance == 0:
-        return 1.0
-    hot = 1.0 + imbalance
-    if capacity_factor is not None:
-        hot = min(hot, capacity_factor)
-    if ep_index == layer % ep:
-        return hot
-    return max(0.0, (ep - (1.0 + imbalance)) / (ep - 1))

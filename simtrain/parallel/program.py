@@ -1,0 +1,85 @@
+"""The task templates of one pipeline step, from a stage's units (``shard.py``).
+
+Forward: each unit's kernels and collectives in order. Backward: the units in reverse,
+each unit's steps in reverse, every kernel replaced by its backward kernels
+(``backward_ops``) and every collective by its backward op; recompute adds the forward
+kernels again before they are needed: "full" recomputes every transformer layer's forward
+before its backward, "selective" only core attention (Korthikanti et al. 2022).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simtrain.parallel.context import ring_backward, ring_forward
+from simtrain.parallel.shard import Comm, Compute, Ring, Unit
+from simtrain.parallel.templates import Collective, Kernel, Template, unhandled
+from simtrain.workload.model import Op, backward_ops
+
+Duration = Callable[[Op], float]
+# Kernels of core attention (fused, or the standard kernels' pieces): what selective
+# recompute recomputes (Korthikanti et al. 2022).
+_CORE_ATTENTION = (".attn.core", ".attn.scores", ".attn.softmax", ".attn.dropout",
+                   ".attn.context")
+
+
+def is_core_attention(op: Op) -> bool:
+    """Whether ``op`` belongs to core attention (recomputed under selective recompute)."""
+    return op.kind == "attention" or op.name.endswith(_CORE_ATTENTION)
+
+
+def kernel(op: Op, kind: str, expert: bool, layer: int, duration: Duration,
+           owns: bool = True) -> Kernel:
+    """The template of ``op``; ``owns``: its parameters' gradients are produced here."""
+    t = duration(op)
+    names = tuple(p.name for p in op.params)
+    return Kernel(op.name, kind, base=0.0 if expert else t, expert=t if expert else 0.0,
+                  flops=0.0 if expert else op.flops,
+                  expert_flops=op.flops if expert else 0.0, layer=layer,
+                  params=names if owns else (), reads=names if kind == "forward" else (),
+                  gemm=op.kind == "gemm")
+
+
+def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template]:
+    """``unit``'s forward templates (``kind`` "recompute" for its recomputation)."""
+    out: list[Template] = []
+    for step in unit.steps:
+        match step:
+            case Compute():
+                out.append(kernel(step.op, kind, step.expert, unit.layer, duration, False))
+            case Comm():
+                if step.fwd:
+                    out.append(Collective(step.name, step.kind, step.fwd, step.group,
+                                          step.nbytes))
+            case Ring():
+                out.append(ring_forward(step, kind, unit.layer, cp, duration))
+            case _:
+                raise unhandled(step)
+    return out
+
+
+def backward(unit: Unit, recompute: str, cp: int, duration: Duration) -> list[Template]:
+    """``unit``'s backward templates, with what ``recompute`` recomputes before them."""
+    out: list[Template] = []
+    if recompute == "full" and unit.layer >= 0:
+        out += forward(unit, "recompute", cp, duration)
+    selective = recompute == "selective"
+    for step in reversed(unit.steps):
+        match step:
+            case Compute():
+                if selective and is_core_attention(step.op):
+                    out.append(kernel(step.op, "recompute", False, unit.layer, duration,
+                                      False))
+                for bop in backward_ops(step.op):
+                    out.append(kernel(bop, "backward", step.expert, unit.layer, duration))
+            case Comm():
+                if step.bwd:
+                    out.append(Collective(step.name + ".bwd", step.kind, step.bwd,
+                                          step.group, step.nbytes))
+            case Ring():
+                if selective:
+                    out.append(ring_forward(step, "recompute", unit.layer, cp, duration))
+                out.append(ring_backward(step, unit.layer, cp, duration))
+            case _:
+                raise unhandled(step)
+    return out
