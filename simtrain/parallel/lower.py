@@ -18,9 +18,10 @@ The strategies are applied in a fixed order (as torchtitan applies its paralleli
    their GEMM runs;
 5. granularity (``fuse.py``): one task per kernel, per run of kernels between collectives,
    or per pipeline step;
-6. the pipeline (``pipeline.py``): the schedule's steps across stages with their transfers;
-   each chunk's DP gradient reduction after its last microbatch's backward
-   (``data_parallel.py``; ZeRO-1/2 parameter all-gathers first when overlapped);
+6. the pipeline (``pipeline.py``): the schedule's steps (``pipeline_schedule.py``: F, B
+   and, for zero-bubble schedules, W) across stages with their transfers; each chunk's DP
+   gradient reduction after its last microbatch's backward (its W when split;
+   ``data_parallel.py``; ZeRO-1/2 parameter all-gathers first when overlapped);
 7. the optimizer and the ZeRO-1/2 parameter all-gather (``data_parallel.py``).
 
 Streams per rank: "compute"; one per process-group kind ("tp", "cp", "ep", "dp", and
@@ -42,8 +43,9 @@ from simtrain.parallel.emit import Emitter
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
 from simtrain.parallel.pipeline import run_schedule
+from simtrain.parallel.pipeline_schedule import Schedule
+from simtrain.parallel.pipeline_schedule import Step as PipeStep
 from simtrain.parallel.program import is_core_attention
-from simtrain.parallel.schedule import Step as PipeStep
 from simtrain.parallel.shard import Unit
 from simtrain.parallel.templates import (
     Collective,
@@ -65,11 +67,13 @@ class Lowering:
     """Emit one training step; ``units[stage][chunk]`` is the stage's shard of each chunk."""
 
     def __init__(self, graph: TaskGraph, units: Sequence[Sequence[Sequence[Unit]]],
-                 schedule: Sequence[Sequence[PipeStep]], options: LowerOptions,
+                 schedule: Schedule | Sequence[Sequence[PipeStep]], options: LowerOptions,
                  op_time: Callable[[Op], float]):
         self.graph = graph
         self.units = units
-        self.schedule = schedule
+        # Plain per-stage step lists run with looping placement.
+        self.schedule = (schedule if isinstance(schedule, Schedule) else
+                         Schedule.from_steps("steps", schedule, options.micro_batches))
         self.o = options
         self.dims = options.dims
         # 1. symmetry: the emitter simulates one rank per role under symmetric fidelity.
@@ -86,14 +90,19 @@ class Lowering:
         o, cp, duration = self.o, self.dims.cp, self.em.duration
         out: list[Template] = []
         units = self.units[stage][chunk]
+        split = self.schedule.split_backward
         for unit in (units if phase == "F" else reversed(units)):
             # 2. the layer program, 3. FSDP around each unit.
             if phase == "F":
-                out += data_parallel.with_fsdp(unit, program.forward(unit, "forward", cp,
-                                                                     duration), o)
-            else:
-                out += data_parallel.with_fsdp(
-                    unit, program.backward(unit, o.recompute, cp, duration), o, scatter=True)
+                body = program.forward(unit, "forward", cp, duration)
+                out += data_parallel.with_fsdp(unit, body, o)
+            elif phase == "B":
+                body = program.backward(unit, o.recompute, cp, duration,
+                                        "input" if split else "all")
+                out += data_parallel.with_fsdp(unit, body, o, scatter=not split)
+            else:  # "W": the weight gradients deferred from B, then their reduce-scatter
+                body = program.backward(unit, o.recompute, cp, duration, "weight")
+                out += data_parallel.with_fsdp(unit, body, o, gather=False, scatter=True)
         if o.tp_overlap:  # 4. TP comm overlap
             out = overlap_tp(out)
         out = fuse(out, o.granularity, "forward" if phase == "F" else "backward")  # 5.
@@ -108,7 +117,7 @@ class Lowering:
         if incoming:
             for r in em.stage_ranks[stage]:
                 st.frontier[r] = [*em.dep(r), incoming[r]]
-        grads = step.microbatch == self.o.micro_batches - 1 and step.phase == "B"
+        grads = step.microbatch == self.o.micro_batches - 1 and step.phase != "F"
         meta = {"microbatch": step.microbatch, "chunk": step.chunk, "stage": stage}
         unit_starts: dict[int, list[list[int]]] = defaultdict(list)  # frontier per unit
         # The first forward of a chunk waits for its overlapped parameter all-gathers.
@@ -131,7 +140,8 @@ class Lowering:
                     raise unhandled(t)
 
     def _step_done(self, step: PipeStep) -> None:
-        if step.phase == "B" and step.microbatch == self.o.micro_batches - 1:
+        if (step.phase == self.schedule.last_backward
+                and step.microbatch == self.o.micro_batches - 1):
             data_parallel.reduce_gradients(self.em, step.stage, step.chunk,
                                            self.units[step.stage][step.chunk], self.o)
 

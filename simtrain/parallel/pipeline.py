@@ -11,61 +11,57 @@ worklist: a step whose input transfer does not exist yet waits for its producer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from simtrain.parallel.emit import Emitter
-from simtrain.parallel.schedule import Step
+from simtrain.parallel.pipeline_schedule import Schedule, Step
 
 # (stage, chunk, microbatch, phase) -> rank -> the transfer the rank's step waits for
 Inbox = dict[tuple[int, int, int, str], dict[int, int]]
 
 
-def run_schedule(em: Emitter, schedule: Sequence[Sequence[Step]], p2p_bytes: float,
+def run_schedule(em: Emitter, schedule: Schedule, p2p_bytes: float,
                  emit: Callable[[Step, dict[int, int] | None], None],
                  done: Callable[[Step], None]) -> None:
     """Emit every stage's steps through ``emit``, interleaved by a worklist so each step
     comes after the transfer it needs; ``done`` runs after each step and its transfer."""
-    p, v = em.dims.pp, em.dims.vpp
+    stages = schedule.stages
+    p = len(stages)
     pos = [0] * p
     inbox: Inbox = {}
-    last = (p - 1, v - 1)
-    while any(pos[s] < len(schedule[s]) for s in range(p)):
+    while any(pos[s] < len(stages[s]) for s in range(p)):
         progressed = False
         for s in range(p):
-            while pos[s] < len(schedule[s]):
-                step = schedule[s][pos[s]]
+            steps = stages[s]
+            while pos[s] < len(steps):
+                step = steps[pos[s]]
                 key = (s, step.chunk, step.microbatch, step.phase)
-                needs = ((s, step.chunk) != (0, 0) if step.phase == "F"
-                         else (s, step.chunk) != last)
+                needs = schedule.needs_input(step)
                 if needs and key not in inbox:
                     break
                 emit(step, inbox.pop(key, None) if needs else None)
-                send(em, step, p2p_bytes, inbox)
+                send(em, schedule, step, p2p_bytes, inbox)
                 done(step)
                 pos[s] += 1
                 progressed = True
         if not progressed:
-            stuck = [schedule[s][pos[s]] for s in range(p) if pos[s] < len(schedule[s])]
+            stuck = [stages[s][pos[s]] for s in range(p) if pos[s] < len(stages[s])]
             raise RuntimeError(f"pipeline schedule cannot make progress at {stuck}")
 
 
-def send(em: Emitter, step: Step, nbytes: float, inbox: Inbox) -> None:
-    """The transfer of ``step``'s output to the step that consumes it, into ``inbox``."""
-    p, v = em.dims.pp, em.dims.vpp
-    s, c = step.stage, step.chunk
-    if step.phase == "F":
-        if (s, c) == (p - 1, v - 1):
-            return
-        dst_s, dst_c = (s + 1, c) if s < p - 1 else (0, c + 1)
-        stream = f"pp fwd {s}>{dst_s}"
-    else:
-        if (s, c) == (0, 0):
-            return
-        dst_s, dst_c = (s - 1, c) if s > 0 else (p - 1, c - 1)
-        stream = f"pp bwd {s}>{dst_s}"
+def send(em: Emitter, schedule: Schedule, step: Step, nbytes: float, inbox: Inbox) -> None:
+    """The transfer of ``step``'s output to the step that consumes it, into ``inbox``: a
+    send/recv per rank pair, or nothing to wait for when the consumer is on this stage."""
+    target = schedule.target(step)
+    if target is None:
+        return
+    s = step.stage
+    dst_s, dst_c = target
     out: dict[int, int] = {}
-    for src, dst in zip(em.stage_ranks[s], em.stage_ranks[dst_s], strict=True):
-        out[dst] = em.p2p(src, dst, nbytes, f"pp {step.phase} mb{step.microbatch}",
-                          kind="pp_comm", stream=stream, deps=em.dep(src),
-                          meta={"microbatch": step.microbatch, "chunk": c})
+    if dst_s != s:
+        stream = f"pp {'fwd' if step.phase == 'F' else 'bwd'} {s}>{dst_s}"
+        for src, dst in zip(em.stage_ranks[s], em.stage_ranks[dst_s], strict=True):
+            out[dst] = em.p2p(src, dst, nbytes, f"pp {step.phase} mb{step.microbatch}",
+                              kind="pp_comm", stream=stream, deps=em.dep(src),
+                              meta={"microbatch": step.microbatch, "chunk": step.chunk})
     inbox[(dst_s, dst_c, step.microbatch, step.phase)] = out

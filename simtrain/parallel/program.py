@@ -4,12 +4,15 @@ Forward: each unit's kernels and collectives in order. Backward: the units in re
 each unit's steps in reverse, every kernel replaced by its backward kernels
 (``backward_ops``) and every collective by its backward op; recompute adds the forward
 kernels again before they are needed: "full" recomputes every transformer layer's forward
-before its backward, "selective" only core attention (Korthikanti et al. 2022).
+before its backward, "selective" only core attention (Korthikanti et al. 2022). A
+zero-bubble schedule splits the backward: B keeps recompute, collectives and the
+input-gradient kernels, W the weight-gradient kernels (``Op.grad``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from simtrain.parallel.context import ring_backward, ring_forward
 from simtrain.parallel.shard import Comm, Compute, Ring, Unit
@@ -17,6 +20,7 @@ from simtrain.parallel.templates import Collective, Kernel, Template, unhandled
 from simtrain.workload.model import Op, backward_ops
 
 Duration = Callable[[Op], float]
+BackwardPart = Literal["all", "input", "weight"]
 # Kernels of core attention (fused, or the standard kernels' pieces): what selective
 # recompute recomputes (Korthikanti et al. 2022).
 _CORE_ATTENTION = (".attn.core", ".attn.scores", ".attn.softmax", ".attn.dropout",
@@ -58,9 +62,21 @@ def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template
     return out
 
 
-def backward(unit: Unit, recompute: str, cp: int, duration: Duration) -> list[Template]:
-    """``unit``'s backward templates, with what ``recompute`` recomputes before them."""
+def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
+             part: BackwardPart = "all") -> list[Template]:
+    """``unit``'s backward templates, with what ``recompute`` recomputes before them.
+
+    ``part``: "all" (the whole backward), "input" (zero-bubble B: everything but the
+    weight-gradient kernels) or "weight" (zero-bubble W: only those).
+    """
     out: list[Template] = []
+    if part == "weight":
+        for step in reversed(unit.steps):
+            if isinstance(step, Compute):
+                out += [kernel(bop, "backward", step.expert, unit.layer, duration)
+                        for bop in backward_ops(step.op) if bop.grad == "weight"]
+        return out
+    keep_weight = part == "all"
     if recompute == "full" and unit.layer >= 0:
         out += forward(unit, "recompute", cp, duration)
     selective = recompute == "selective"
@@ -71,7 +87,8 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration) -> list[Te
                     out.append(kernel(step.op, "recompute", False, unit.layer, duration,
                                       False))
                 for bop in backward_ops(step.op):
-                    out.append(kernel(bop, "backward", step.expert, unit.layer, duration))
+                    if keep_weight or bop.grad != "weight":
+                        out.append(kernel(bop, "backward", step.expert, unit.layer, duration))
             case Comm():
                 if step.bwd:
                     out.append(Collective(step.name + ".bwd", step.kind, step.bwd,

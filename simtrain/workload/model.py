@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
+GradPart = Literal["input", "weight"]
 OP_KINDS = ("gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss")
 _FP32 = 4  # norm statistics, attention logsumexp and the loss softmax are kept in fp32
 _IDS = 8  # token ids are int64, as in PyTorch
@@ -221,6 +222,9 @@ class Op:
 
     ``gemm_shape`` is (m, n, k): m tokens (rows), n output features, k input features.
     ``params`` are owned by this op: their gradients are ready when its backward ends.
+    ``grad`` marks a backward kernel (``backward_ops``): "input" if it computes the
+    gradient the previous layer waits for (zero-bubble schedules' B), "weight" if it only
+    computes parameter gradients (their W, which may be deferred); None for a forward op.
     """
 
     name: str
@@ -230,6 +234,7 @@ class Op:
     gemm_shape: tuple[int, int, int] | None
     params: tuple[Param, ...]
     activation_bytes: float
+    grad: GradPart | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,29 +423,33 @@ def backward_ops(op: Op) -> tuple[Op, ...]:
 
     - gemm (m, n, k): dgrad dX = dY·W with shape (m, k, n) then wgrad dW = dYᵀ·X with shape
       (n, k, m) (the weight's [out, in] layout, reducing over tokens); each costs the forward's
-      2·m·n·k FLOPs and touches the same three matrices. wgrad owns the params.
+      2·m·n·k FLOPs and touches the same three matrices. wgrad owns the params. dgrad is
+      the input gradient, wgrad the weight gradient (``Op.grad``).
     - attention: one fused kernel, 2.5× forward FLOPs: FlashAttention-2 backward runs 5
       matmuls (QKᵀ recomputed, dV, dP, dQ, dK) against 2 forward (Dao 2023, Sec. 3.1);
       bytes 2× (reads q, k, v, o, dO; writes dq, dk, dv).
     - embedding: scatter-add of dY into weight rows: 1.5× forward bytes (dY read plus a
       read-modify-write of rows, against row read plus output write forward).
     - other memory-bound ops: 2× forward FLOPs and bytes (read y or x and dY, write dX).
+    Every kernel but wgrad and the embedding's is an input-gradient kernel (``Op.grad``).
     """
     if op.kind == "gemm":
         if op.gemm_shape is None:
             raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
         m, n, k = op.gemm_shape
-        return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0),
-                Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0))
+        return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0,
+                   "input"),
+                Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0,
+                   "weight"))
     if op.kind == "attention":
         return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
-                   op.params, 0.0),)
-    if op.kind == "embedding":
+                   op.params, 0.0, "input"),)
+    if op.kind == "embedding":  # token ids have no gradient: only the weight's
         return (Op(f"{op.name}.bwd", "embedding", op.flops, 1.5 * op.bytes, None, op.params,
-                   0.0),)
-    if op.kind in OP_KINDS:
+                   0.0, "weight"),)
+    if op.kind in OP_KINDS:  # norms compute their weight gradients in the same kernel
         return (Op(f"{op.name}.bwd", op.kind, 2.0 * op.flops, 2.0 * op.bytes, None, op.params,
-                   0.0),)
+                   0.0, "input"),)
     raise ValueError(f"op {op.name!r} has unknown kind {op.kind!r}; use one of {OP_KINDS}")
 
 

@@ -56,7 +56,8 @@ def test_an_unknown_template_is_an_internal_error_not_a_default():
     with pytest.raises(AssertionError, match="no strategy lowers"):
         fuse([Stranger()], "stage", "forward")  # type: ignore[list-item]
     unit = Unit("u", (Compute(Op("k", "elementwise", 0.0, 1.0, None, (), 0.0)),), layer=0)
-    low = Lowering(TaskGraph(1), [[[unit]]], [[Step(0, 0, "F")]], _options(), lambda op: 1.0)
+    steps = [[Step(0, 0, "F"), Step(0, 0, "B")]]
+    low = Lowering(TaskGraph(1), [[[unit]]], steps, _options(), lambda op: 1.0)
     low._templates[(0, 0, "F")] = [Stranger()]  # type: ignore[list-item]
     with pytest.raises(AssertionError, match="no strategy lowers"):
         low.emit_step(Step(0, 0, "F"), None)

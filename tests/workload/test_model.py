@@ -182,6 +182,11 @@ def test_backward_ops() -> None:
     word = lower_model(_small_gpt(), 1, 16)[0].ops[0]
     (word_bwd,) = backward_ops(word)
     assert word_bwd.kind == "embedding" and word_bwd.bytes == 1.5 * word.bytes
+    # Roles as fields: the input gradient (zero-bubble B) and the weight gradient (W).
+    assert (dgrad.grad, wgrad.grad, attn_bwd.grad, norm_bwd.grad) == (
+        "input", "weight", "input", "input")
+    assert word_bwd.grad == "weight"  # token ids have no gradient
+    assert qkv.grad is None  # a forward op
 
 
 @pytest.mark.parametrize(("overrides", "match"), [
