@@ -34,7 +34,7 @@ def expert_load(ep_index: int, layer: int, ep: int, imbalance: float,
 
 def is_expert(param: Param) -> bool:
     """Whether ``param`` belongs to an expert (reduced over the expert-data-parallel group)."""
-    return ".experts." in param.name
+    return param.expert
 
 
 def split_expert(params: Iterable[Param]) -> tuple[list[Param], list[Param]]:

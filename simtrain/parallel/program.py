@@ -11,25 +11,30 @@ input-gradient kernels, W the weight-gradient kernels (``Op.grad``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from simtrain.parallel.context import ring_backward, ring_forward
 from simtrain.parallel.shard import Comm, Compute, Ring, Unit
-from simtrain.parallel.templates import Collective, Kernel, Template, unhandled
+from simtrain.parallel.templates import (
+    Collective,
+    GradScatter,
+    Kernel,
+    ParamGather,
+    RingAttention,
+    Template,
+    TPOverlap,
+    unhandled,
+)
 from simtrain.workload.model import Op, backward_ops
 
 Duration = Callable[[Op], float]
 BackwardPart = Literal["all", "input", "weight"]
-# Kernels of core attention (fused, or the standard kernels' pieces): what selective
-# recompute recomputes (Korthikanti et al. 2022).
-_CORE_ATTENTION = (".attn.core", ".attn.scores", ".attn.softmax", ".attn.dropout",
-                   ".attn.context")
 
 
 def is_core_attention(op: Op) -> bool:
     """Whether ``op`` belongs to core attention (recomputed under selective recompute)."""
-    return op.kind == "attention" or op.name.endswith(_CORE_ATTENTION)
+    return op.role == "core_attention"
 
 
 def kernel(op: Op, kind: str, expert: bool, layer: int, duration: Duration,
@@ -100,3 +105,47 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
             case _:
                 raise unhandled(step)
     return out
+
+
+# ---- compute accounting ------------------------------------------------------------------
+
+
+def compute_seconds(templates: Sequence[Template]) -> float:
+    """Seconds of compute the templates charge on a rank of mean routed-token load
+    (expert load 1): kernels, ring attention blocks, the GEMM runs of TP overlaps."""
+    total = 0.0
+    for t in templates:
+        match t:
+            case Kernel():
+                total += t.base + t.expert
+            case RingAttention():
+                total += t.base * t.steps
+            case TPOverlap():
+                total += sum(k.base + k.expert for k in t.run)
+            case Collective() | ParamGather() | GradScatter():
+                pass
+            case _:
+                raise unhandled(t)
+    return total
+
+
+def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, recompute: str,
+                        op_time: Duration) -> list[list[tuple[float, float]]]:
+    """(forward, backward) seconds of compute per microbatch, per stage and model chunk.
+
+    The sum of the lowering's own templates (``forward``, ``backward`` with ``recompute``)
+    of ``units[stage][chunk]``: what the lowering charges on a rank's compute stream, at any
+    granularity, with or without TP overlap or FSDP (they rearrange the same kernels),
+    without communication, launch waits or the optimizer; expert kernels at mean load.
+    """
+    cache: dict[tuple[object, ...], float] = {}
+
+    def duration(op: Op) -> float:
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
+        if key not in cache:
+            cache[key] = op_time(op)
+        return cache[key]
+
+    return [[(sum(compute_seconds(forward(u, "forward", cp, duration)) for u in chunk),
+              sum(compute_seconds(backward(u, recompute, cp, duration)) for u in chunk))
+             for chunk in chunks] for chunks in units]
