@@ -11,9 +11,13 @@ forward, gradients backward) into point-to-point transfers.
   1F1B over m·v chunk-microbatches taken in groups of p per chunk; warm-up
   2·(p - i - 1) + (v - 1)·p; looping placement.
 
+- ZB-H1 (Qi et al. 2024, ``zero_bubble.py``): 1F1B with backward split into B and W,
+  stage i keeping i W's deferred to the cool-down.
+
 Bubble with uniform stages (forward f, backward b per microbatch and stage): GPipe and 1F1B
 both take (m + p - 1)·(f + b), a bubble fraction (p - 1)/(m + p - 1); interleaving divides
-the bubble time by v.
+the bubble time by v; ZB-H1 (forward, input- and weight-gradient times f, b, w, w <= f)
+idles (p - 1)(f + b - w) against 1F1B's (p - 1)(f + b + w).
 
 Adding a schedule: a ``ScheduleKind`` entry in ``SCHEDULES`` (its steps, placement and the
 pp/vpp/microbatch combinations it can run), its builder here or in one module of its own.
@@ -32,6 +36,7 @@ from simtrain.parallel.pipeline_schedule import (
     looping,
     peak_in_flight,
 )
+from simtrain.parallel.zero_bubble import zb_h1
 
 __all__ = ["SCHEDULES", "Schedule", "ScheduleKind", "Step", "build_schedule", "make_schedule",
            "peak_in_flight", "schedule_problems"]
@@ -109,6 +114,8 @@ SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
                  _one_f_one_b, _one_chunk("1f1b")),
     ScheduleKind("interleaved", "1F1B over vpp looping model chunks per stage (Megatron-LM)",
                  _one_f_one_b, _interleaved_problems),
+    ScheduleKind("zb-h1", "1F1B with weight gradients deferred to the cool-down (Qi et al. "
+                 "2024)", zb_h1, _one_chunk("zb-h1")),
 )}
 
 
