@@ -126,31 +126,36 @@ class Emitter:
                                     deps=deps, meta=meta,
                                     copies=self.images.copies((src, dst)))
 
-    def kernel(self, stage: int, k: Kernel, meta: dict[str, Any], *, gather: bool,
+    def kernel(self, stage: int, k: Kernel, meta: dict[str, Any], gather: bool,
                grads: bool) -> None:
         """``k`` on every simulated rank of ``stage``, after the rank's frontier (and, if
         ``gather``, the parameter all-gathers of what it reads); if ``grads``, it produces
         the last microbatch's gradients of its params."""
-        st, g, d = self.state, self.graph, self.dims
+        st, d = self.state, self.dims
+        frontier, grad_ready = st.frontier, st.grad_ready
+        add = self.graph.compute
         for r in self.stage_ranks[stage]:
             load = 1.0
             if k.expert:
                 load = expert_load(d.ep_index(r), k.layer, d.ep, self.imbalance,
                                    self.capacity_factor)
-            deps = self.dep(r)
+            deps = frontier.get(r, [])
             if gather:
                 deps = deps + self.param_waits(r, k.reads)
-            tid = g.compute(r, k.name, k.base + k.expert * load, kind=k.kind, deps=deps,
-                            flops=k.flops + k.expert_flops * load, meta=meta)
-            st.frontier[r] = [tid]
+            tid = add(r, k.name, k.base + k.expert * load, kind=k.kind, deps=deps,
+                      flops=k.flops + k.expert_flops * load, meta=meta)
+            frontier[r] = [tid]
             if grads and k.params:
                 for p in k.params:
-                    st.grad_ready[(r, p)] = tid
+                    grad_ready[(r, p)] = tid
 
     def collective(self, stage: int, c: Collective, meta: dict[str, Any]) -> None:
         """``c`` over each of the stage's groups of its kind, after every member's frontier."""
+        frontier = self.state.frontier
         for grp in self.groups(stage, c.group):
-            tid = self.coll(c.op, grp, c.nbytes, c.name, kind=c.kind, stream=c.group,
-                            deps=self.group_deps(grp), meta=meta)
+            deps = sorted({t for r in grp for t in frontier.get(r, ())})
+            tid = self.graph.collective(c.op, grp, c.nbytes, c.name, kind=c.kind,
+                                        stream=c.group, deps=deps, meta=meta,
+                                        copies=self.images.copies(grp))
             for r in grp:
-                self.state.frontier[r] = [tid]
+                frontier[r] = [tid]

@@ -27,7 +27,6 @@ from simtrain.parallel.templates import (
     RingAttention,
     Template,
     TPOverlap,
-    merge,
     unhandled,
 )
 
@@ -41,13 +40,20 @@ def fuse(templates: list[Template], granularity: str, phase_kind: str) -> list[T
         return templates
     if granularity == "layer":
         out: list[Template] = []
+        run: list[Kernel] = []  # consecutive kernels of one kind and layer
         for t in templates:
-            prev = out[-1] if out else None
-            if (isinstance(t, Kernel) and isinstance(prev, Kernel) and t.kind == prev.kind
-                    and t.layer == prev.layer):
-                out[-1] = merge(prev, t, _layer_name(prev))
+            if isinstance(t, Kernel) and run and t.kind == run[0].kind and t.layer == run[0].layer:
+                run.append(t)
+                continue
+            if run:
+                out.append(_fused(run))
+                run = []
+            if isinstance(t, Kernel):
+                run.append(t)
             else:
                 out.append(t)
+        if run:
+            out.append(_fused(run))
         return out
     assert granularity == "stage", f"unknown granularity {granularity!r}"
     # One compute task, then the collectives aggregated per (group, op); sums run in
@@ -71,8 +77,8 @@ def fuse(templates: list[Template], granularity: str, phase_kind: str) -> list[T
         match t:
             case Kernel():
                 add(t)
-            case TPOverlap(comm=comm, run=run):  # degrade: GEMMs into compute, comm after
-                for part in run:
+            case TPOverlap(comm=comm, run=gemms):  # degrade: GEMMs into compute, comm after
+                for part in gemms:
                     add(part)
                 _accumulate(post, ("comm", comm.group, comm.op), comm, comm.nbytes)
             case RingAttention():
@@ -96,8 +102,27 @@ def fuse(templates: list[Template], granularity: str, phase_kind: str) -> list[T
             *(_aggregate(*v) for v in post.values())]
 
 
-def _layer_name(k: Kernel) -> str:
-    return k.name.rsplit(".", 1)[0] if k.layer >= 0 else k.name
+def _fused(run: list[Kernel]) -> Kernel:
+    """One kernel for ``run``, summed in order; named after its layer (each merge drops the
+    last component of a layer kernel's name, as merging pairwise would)."""
+    first = run[0]
+    if len(run) == 1:
+        return first
+    name = first.name
+    base, expert, flops, expert_flops = first.base, first.expert, first.flops, first.expert_flops
+    params, reads, gemm = first.params, first.reads, first.gemm
+    for k in run[1:]:
+        if first.layer >= 0:
+            name = name.rsplit(".", 1)[0]
+        base += k.base
+        expert += k.expert
+        flops += k.flops
+        expert_flops += k.expert_flops
+        params += k.params
+        reads += k.reads
+        gemm = gemm and k.gemm
+    return Kernel(name, first.kind, base, expert, flops, expert_flops, first.layer, params,
+                  reads, gemm)
 
 
 def _accumulate(target: dict[tuple[str, ...], list[Any]], key: tuple[str, ...],

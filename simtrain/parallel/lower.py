@@ -122,12 +122,13 @@ class Lowering:
         unit_starts: dict[int, list[list[int]]] = defaultdict(list)  # frontier per unit
         # The first forward of a chunk waits for its overlapped parameter all-gathers.
         gather = bool(st.param_ag) and step.phase == "F" and step.microbatch == 0
+        kernel, collective = em.kernel, em.collective
         for t in self.templates(stage, step.chunk, step.phase):
             match t:
                 case Kernel():
-                    em.kernel(stage, t, meta, gather=gather, grads=grads)
+                    kernel(stage, t, meta, gather, grads)
                 case Collective():
-                    em.collective(stage, t, meta)
+                    collective(stage, t, meta)
                 case RingAttention():
                     emit_ring(em, stage, t, meta)
                 case TPOverlap():

@@ -42,11 +42,12 @@ def kernel(op: Op, kind: str, expert: bool, layer: int, duration: Duration,
     """The template of ``op``; ``owns``: its parameters' gradients are produced here."""
     t = duration(op)
     names = tuple(p.name for p in op.params)
-    return Kernel(op.name, kind, base=0.0 if expert else t, expert=t if expert else 0.0,
-                  flops=0.0 if expert else op.flops,
-                  expert_flops=op.flops if expert else 0.0, layer=layer,
-                  params=names if owns else (), reads=names if kind == "forward" else (),
-                  gemm=op.kind == "gemm")
+    # Positional: templates are built for every kernel of a stage (frozen, so not cheap).
+    if expert:
+        return Kernel(op.name, kind, 0.0, t, 0.0, op.flops, layer, names if owns else (),
+                      names if kind == "forward" else (), op.kind == "gemm")
+    return Kernel(op.name, kind, t, 0.0, op.flops, 0.0, layer, names if owns else (),
+                  names if kind == "forward" else (), op.kind == "gemm")
 
 
 def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template]:

@@ -96,14 +96,6 @@ class TPOverlap:
 Template = Kernel | Collective | RingAttention | ParamGather | GradScatter | TPOverlap
 
 
-def merge(a: Kernel, b: Kernel, name: str) -> Kernel:
-    """One kernel doing the work of ``a`` then ``b`` (kind and layer of ``a``)."""
-    return Kernel(name or a.name, a.kind, base=a.base + b.base, expert=a.expert + b.expert,
-                  flops=a.flops + b.flops, expert_flops=a.expert_flops + b.expert_flops,
-                  layer=a.layer, params=a.params + b.params, reads=a.reads + b.reads,
-                  gemm=a.gemm and b.gemm)
-
-
 def unhandled(template: object) -> AssertionError:
     """The internal error for a template no strategy handles (a lowering bug)."""
     return AssertionError(f"no strategy lowers task template {template!r}")
