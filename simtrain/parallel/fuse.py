@@ -7,8 +7,8 @@ collectives per (group, op) after it (FSDP all-gathers before it). Coarse but ch
 10k+ GPUs; its costs: alpha terms are paid once per aggregate instead of per collective,
 and ring attention becomes an exposed all-gather of the K,V blocks.
 
-A "tp_overlap" template (``parallelism.tp_comm_overlap``: a TP all-gather or
-reduce-scatter pipelined with its GEMM run, see ``lower.py``) is a barrier at "layer"
+A ``TPOverlap`` template (``parallelism.tp_comm_overlap``: a TP all-gather or
+reduce-scatter pipelined with its GEMM run, see ``tensor.py``) is a barrier at "layer"
 granularity: kernels before and after it still fuse, not across it. At "stage"
 granularity it degrades to the non-overlapped behaviour: its GEMMs join the step's compute
 task and its collective the aggregated TP collective after it (exposed, as without the
@@ -17,94 +17,130 @@ option).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
+
+from simtrain.parallel.templates import (
+    Collective,
+    GradScatter,
+    Kernel,
+    ParamGather,
+    RingAttention,
+    Template,
+    TPOverlap,
+    unhandled,
+)
+
+GRANULARITIES = ("op", "layer", "stage")
+Aggregate = Collective | ParamGather | GradScatter
 
 
-@dataclass
-class Spec:
-    """A rank-independent task template; compute time = base + expert x routing load."""
-
-    what: str  # "compute", "comm", "ring", "fsdp_ag", "fsdp_rs", "tp_overlap"
-    name: str
-    kind: str
-    base: float = 0.0
-    expert: float = 0.0
-    flops: float = 0.0
-    expert_flops: float = 0.0
-    nbytes: float = 0.0
-    op: str = ""
-    group: str = ""
-    steps: int = 0
-    layer: int = -1
-    params: tuple[str, ...] = ()
-    # Forward parameters the kernel reads (ZeRO param all-gather waits; not grad-ready).
-    reads: tuple[str, ...] = ()
-    gemm: bool = False  # a GEMM kernel (TP comm overlap pipelines GEMM runs)
-    # "tp_overlap": the GEMM run (compute templates) pipelined with this collective.
-    parts: tuple[Spec, ...] = ()
-
-
-def fuse(specs: list[Spec], granularity: str, phase_kind: str) -> list[Spec]:
-    """Fuse one pipeline step's task templates to ``granularity`` (op, layer, stage)."""
-    g = granularity
-    if g == "op":
-        return specs
-    if g == "layer":
-        out: list[Spec] = []
-        for s in specs:
-            prev = out[-1] if out else None
-            if (prev is not None and s.what == prev.what == "compute"
-                    and s.kind == prev.kind and s.layer == prev.layer):
-                out[-1] = _merge(prev, s, _layer_name(prev))
+def fuse(templates: list[Template], granularity: str, phase_kind: str) -> list[Template]:
+    """Fuse one pipeline step's templates to ``granularity`` (op, layer, stage)."""
+    if granularity == "op":
+        return templates
+    if granularity == "layer":
+        out: list[Template] = []
+        run: list[Kernel] = []  # consecutive kernels of one kind and layer
+        for t in templates:
+            if isinstance(t, Kernel) and run and t.kind == run[0].kind and t.layer == run[0].layer:
+                run.append(t)
+                continue
+            if run:
+                out.append(_fused(run))
+                run = []
+            if isinstance(t, Kernel):
+                run.append(t)
             else:
-                out.append(s)
+                out.append(t)
+        if run:
+            out.append(_fused(run))
         return out
-    # "stage": one compute task, then the collectives aggregated per (group, op).
-    compute = Spec("compute", "", phase_kind)
-    pre: dict[tuple[str, str, str], Spec] = {}
-    post: dict[tuple[str, str, str], Spec] = {}
-    for s in specs:
-        if s.what == "compute":
-            compute = _merge(compute, s, "")
-        elif s.what == "tp_overlap":  # degrade: GEMMs into compute, collective after it
-            for part in s.parts:
-                compute = _merge(compute, part, "")
-            _accumulate(post, ("comm", s.group, s.op), Spec("comm", s.name, s.kind,
-                                                             nbytes=s.nbytes, op=s.op,
-                                                             group=s.group))
-        elif s.what == "ring":
-            compute = _merge(compute, Spec("compute", "", s.kind, base=s.base * s.steps,
-                                           flops=s.flops * s.steps), "")
-            key = ("comm", "cp", "all_gather")
-            _accumulate(post, key, Spec("comm", "cp ring", "cp_comm",
-                                        nbytes=s.nbytes * s.steps, op="all_gather",
-                                        group="cp"))
-        else:
-            target = pre if s.what == "fsdp_ag" else post
-            _accumulate(target, (s.what, s.group, s.op), s)
-    first, last = specs[0].name if specs else "", specs[-1].name if specs else ""
-    compute.name = f"{phase_kind} {first}..{last}"
-    return [*pre.values(), compute, *post.values()]
+    assert granularity == "stage", f"unknown granularity {granularity!r}"
+    # One compute task, then the collectives aggregated per (group, op); sums run in
+    # template order.
+    base = expert = flops = expert_flops = 0.0
+    params: list[str] = []
+    reads: list[str] = []
+    pre: dict[tuple[str, ...], list[Any]] = {}  # key -> [first template, bytes]
+    post: dict[tuple[str, ...], list[Any]] = {}
+
+    def add(k: Kernel) -> None:
+        nonlocal base, expert, flops, expert_flops
+        base += k.base
+        expert += k.expert
+        flops += k.flops
+        expert_flops += k.expert_flops
+        params.extend(k.params)
+        reads.extend(k.reads)
+
+    for t in templates:
+        match t:
+            case Kernel():
+                add(t)
+            case TPOverlap(comm=comm, run=gemms):  # degrade: GEMMs into compute, comm after
+                for part in gemms:
+                    add(part)
+                _accumulate(post, ("comm", comm.group, comm.op), comm, comm.nbytes)
+            case RingAttention():
+                add(Kernel("", t.kind, base=t.base * t.steps, flops=t.flops * t.steps))
+                ring = Collective("", "cp_comm", "all_gather", "cp", 0.0)
+                _accumulate(post, ("comm", "cp", "all_gather"), ring, t.nbytes * t.steps)
+            case Collective():
+                _accumulate(post, ("comm", t.group, t.op), t, t.nbytes)
+            case GradScatter():
+                _accumulate(post, ("fsdp rs",), t, t.nbytes)
+            case ParamGather():
+                _accumulate(pre, ("fsdp ag",), t, t.nbytes)
+            case _:
+                raise unhandled(t)
+    first = templates[0].name if templates else ""
+    last = templates[-1].name if templates else ""
+    compute = Kernel(f"{phase_kind} {first}..{last}", phase_kind, base=base, expert=expert,
+                     flops=flops, expert_flops=expert_flops, params=tuple(params),
+                     reads=tuple(reads))
+    return [*(_aggregate(*v) for v in pre.values()), compute,
+            *(_aggregate(*v) for v in post.values())]
 
 
-def _layer_name(s: Spec) -> str:
-    return s.name.rsplit(".", 1)[0] if s.layer >= 0 else s.name
+def _fused(run: list[Kernel]) -> Kernel:
+    """One kernel for ``run``, summed in order; named after its layer (each merge drops the
+    last component of a layer kernel's name, as merging pairwise would)."""
+    first = run[0]
+    if len(run) == 1:
+        return first
+    name = first.name
+    base, expert, flops, expert_flops = first.base, first.expert, first.flops, first.expert_flops
+    params, reads, gemm = first.params, first.reads, first.gemm
+    for k in run[1:]:
+        if first.layer >= 0:
+            name = name.rsplit(".", 1)[0]
+        base += k.base
+        expert += k.expert
+        flops += k.flops
+        expert_flops += k.expert_flops
+        params += k.params
+        reads += k.reads
+        gemm = gemm and k.gemm
+    return Kernel(name, first.kind, base, expert, flops, expert_flops, first.layer, params,
+                  reads, gemm)
 
 
-def _merge(a: Spec, b: Spec, name: str) -> Spec:
-    return Spec("compute", name or a.name, a.kind, base=a.base + b.base,
-                expert=a.expert + b.expert, flops=a.flops + b.flops,
-                expert_flops=a.expert_flops + b.expert_flops, layer=a.layer,
-                params=a.params + b.params, reads=a.reads + b.reads,
-                gemm=a.gemm and b.gemm)
-
-
-def _accumulate(target: dict[tuple[str, str, str], Spec], key: tuple[str, str, str],
-                s: Spec) -> None:
+def _accumulate(target: dict[tuple[str, ...], list[Any]], key: tuple[str, ...],
+                t: Aggregate, nbytes: float) -> None:
     if key in target:
-        t = target[key]
-        target[key] = Spec(t.what, t.name, t.kind, nbytes=t.nbytes + s.nbytes, op=t.op,
-                           group=t.group)
+        target[key][1] += nbytes
     else:
-        target[key] = Spec(s.what, f"{s.group or 'dp'} {s.op}", s.kind, nbytes=s.nbytes,
-                           op=s.op, group=s.group)
+        target[key] = [t, nbytes]
+
+
+def _aggregate(t: Aggregate, nbytes: float) -> Aggregate:
+    """The aggregate named after its (group, op), of the summed bytes, kind of the first."""
+    match t:
+        case Collective():
+            return Collective(f"{t.group} {t.op}", t.kind, t.op, t.group, nbytes)
+        case ParamGather():
+            return ParamGather("dp all_gather", nbytes)
+        case GradScatter():
+            return GradScatter("dp reduce_scatter", nbytes)
+        case _:
+            raise unhandled(t)

@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from simtrain.parallel.schedule import SCHEDULES, schedule_problems
 from simtrain.units import MiBCount
 from simtrain.workload.model import ModelConfig
 
@@ -26,7 +27,6 @@ DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20
 DEFAULT_FIRST_BUCKET_BYTES = 1 * 2**20
 
 DIMS = ("tp", "cp", "pp", "dp")
-Schedule = Literal["gpipe", "1f1b", "interleaved"]
 TP_OVERLAP_NEEDS_SP = ("tp_comm_overlap needs sequence parallelism (parallelism.sp: true): "
                        "Transformer Engine overlaps only the SP all-gathers and "
                        "reduce-scatters; set parallelism.sp: true or tp_comm_overlap: false")
@@ -91,7 +91,8 @@ class ParallelismConfig(BaseModel):
     sp: bool = False
     zero: Literal[0, 1, 2, 3] = 0
     order: str = "tp-cp-pp-dp"
-    schedule: Schedule = "1f1b"
+    schedule: str = Field("1f1b", description="pipeline schedule: one of "
+                          + ", ".join(SCHEDULES))
     pp_layers: list[int] | None = None
     recompute: Literal["none", "selective", "full"] = "none"
     cp_algorithm: Literal["ring", "allgather"] = "ring"
@@ -99,6 +100,14 @@ class ParallelismConfig(BaseModel):
         False, description="pipeline TP all-gathers/reduce-scatters with their GEMMs in tp "
         "chunks (Transformer Engine userbuffers; needs sp)")
     ddp: DDPConfig = Field(default_factory=DDPConfig)
+
+    @field_validator("schedule")
+    @classmethod
+    def _known_schedule(cls, value: str) -> str:
+        if value not in SCHEDULES:
+            raise ValueError(f"unknown pipeline schedule {value!r}; use one of "
+                             f"{', '.join(SCHEDULES)}")
+        return value
 
     def dims(self, world_size: int) -> ParallelDims:
         """The validated degrees for a cluster of ``world_size`` GPUs (ValueError if bad)."""
@@ -307,18 +316,8 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
                          f"global_batch_size={global_batch} is not divisible by dp x "
                          f"micro_batch_size = {dims.dp} x {micro_batch} = {per_step}; use a "
                          f"multiple of {per_step}"))
-    else:
-        m = global_batch // per_step
-        if par.schedule == "interleaved" and v > 1 and m % p:
-            problems.append(("training.global_batch_size", f"the interleaved schedule needs "
-                             f"microbatches ({m}) divisible by pp={p}; use a global batch "
-                             f"giving a multiple of {p} microbatches"))
-    if v > 1 and par.schedule != "interleaved":
-        problems.append(("parallelism.schedule", f"vpp={v} virtual stages need schedule: "
-                         f"interleaved (got {par.schedule}); set it or use vpp: 1"))
-    if par.schedule == "interleaved" and v == 1 and p > 1:
-        problems.append(("parallelism.vpp", "schedule: interleaved needs vpp >= 2 virtual "
-                         "stages per rank; set vpp or use schedule: 1f1b"))
+    known = global_batch // per_step if not global_batch % per_step else None
+    problems += schedule_problems(par.schedule, p, known, v)
     if dims.cp > 1 and seq_len % (2 * dims.cp):
         problems.append(("training.seq_len", f"seq_len={seq_len} is not divisible by 2 x cp "
                          f"= {2 * dims.cp} (load-balanced causal context parallelism splits "

@@ -1,61 +1,81 @@
-"""Pipeline schedules as data: per stage, the ordered list of (stage, microbatch, phase, chunk).
+"""The pipeline schedules, in one registry: name -> how to build its steps and placement.
 
-A schedule says only *what* each stage runs and in which order; the lowering turns every
-step into tasks and the dependencies between stages (activations forward, gradients
-backward) into point-to-point transfers. Chunk c of stage i is model chunk c·p + i
-(virtual pipeline stages, Narayanan et al. 2021, Sec. 2.2).
+A schedule (``pipeline_schedule.py``) says only *what* each stage runs and in which order;
+the lowering turns every step into tasks and the dependencies between stages (activations
+forward, gradients backward) into point-to-point transfers.
 
 - GPipe (Huang et al. 2019): every forward, then every backward.
 - 1F1B (PipeDream-Flush, Narayanan et al. 2021): stage i runs min(p - i - 1, m) warm-up
   forwards, then alternates one forward and one backward, then drains the backwards.
 - Interleaved 1F1B (Megatron-LM ``forward_backward_pipelining_with_interleaving``): as
   1F1B over m·v chunk-microbatches taken in groups of p per chunk; warm-up
-  2·(p - i - 1) + (v - 1)·p.
+  2·(p - i - 1) + (v - 1)·p; looping placement.
+
+- ZB-H1 (Qi et al. 2024, ``zero_bubble.py``): 1F1B with backward split into B and W,
+  stage i keeping i W's deferred to the cool-down.
 
 Bubble with uniform stages (forward f, backward b per microbatch and stage): GPipe and 1F1B
 both take (m + p - 1)·(f + b), a bubble fraction (p - 1)/(m + p - 1); interleaving divides
-the bubble time by v.
+the bubble time by v; ZB-H1 (forward, input- and weight-gradient times f, b, w, w <= f)
+idles (p - 1)(f + b - w) against 1F1B's (p - 1)(f + b + w).
+
+Adding a schedule: a ``ScheduleKind`` entry in ``SCHEDULES`` (its steps, placement and the
+pp/vpp/microbatch combinations it can run), its builder here or in one module of its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
-Phase = Literal["F", "B"]
+from simtrain.parallel.pipeline_schedule import (
+    Phase,
+    Placement,
+    Schedule,
+    Step,
+    looping,
+    peak_in_flight,
+)
+from simtrain.parallel.zero_bubble import zb_h1
 
+__all__ = ["SCHEDULES", "Schedule", "ScheduleKind", "Step", "build_schedule", "make_schedule",
+           "peak_in_flight", "schedule_problems"]
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One unit of pipeline work: ``phase`` of ``microbatch`` for model chunk ``chunk``."""
-
-    stage: int
-    microbatch: int
-    phase: Phase
-    chunk: int = 0
-
-
-def build_schedule(kind: str, p: int, m: int, v: int = 1) -> list[list[Step]]:
-    """Per stage, its steps in execution order (``kind``: gpipe, 1f1b, interleaved)."""
-    if p < 1 or m < 1 or v < 1:
-        raise ValueError(f"need p, m, v >= 1, got p={p}, m={m}, v={v}")
-    if kind == "gpipe":
-        if v != 1:
-            raise ValueError(f"the GPipe schedule has no virtual stages (vpp={v}); use "
-                             "schedule: interleaved or vpp: 1")
-        return [[Step(i, mb, "F") for mb in range(m)] + [Step(i, mb, "B") for mb in range(m)]
-                for i in range(p)]
-    if kind == "1f1b" and v != 1:
-        raise ValueError(f"vpp={v} needs schedule: interleaved (1f1b has one chunk per stage)")
-    if kind not in ("1f1b", "interleaved"):
-        raise ValueError(f"unknown pipeline schedule {kind!r}; use gpipe, 1f1b or interleaved")
-    if v > 1 and m % p:
-        raise ValueError(f"the interleaved schedule needs microbatches ({m}) divisible by pp "
-                         f"({p}); use a global batch giving a multiple of {p} microbatches")
-    return [_one_f_one_b(i, p, m, v) for i in range(p)]
+Problems = list[tuple[str, str]]  # (scenario field, message with the fix)
 
 
-def _one_f_one_b(stage: int, p: int, m: int, v: int) -> list[Step]:
+@dataclass(frozen=True)
+class ScheduleKind:
+    """A registered schedule: ``steps(p, m, v)`` per stage, ``placement(p, v)``, and
+    ``problems(p, m, v)``: why it cannot run those degrees (empty when it can; m None when
+    the microbatch count is not known)."""
+
+    name: str
+    summary: str
+    steps: Callable[[int, int, int], list[list[Step]]]
+    problems: Callable[[int, int | None, int], Problems]
+    placement: Callable[[int, int], Placement] = looping
+
+
+def _gpipe(p: int, m: int, v: int) -> list[list[Step]]:
+    return [[Step(i, mb, "F") for mb in range(m)] + [Step(i, mb, "B") for mb in range(m)]
+            for i in range(p)]
+
+
+def _one_chunk(name: str) -> Callable[[int, int | None, int], Problems]:
+    def problems(p: int, m: int | None, v: int) -> Problems:
+        if v == 1:
+            return []
+        return [("parallelism.schedule", f"vpp={v} virtual stages need schedule: interleaved "
+                 f"(got {name}); set it or use vpp: 1")]
+    return problems
+
+
+def _one_f_one_b(p: int, m: int, v: int) -> list[list[Step]]:
+    return [_one_f_one_b_stage(i, p, m, v) for i in range(p)]
+
+
+def _one_f_one_b_stage(stage: int, p: int, m: int, v: int) -> list[Step]:
     total = m * v
 
     def step(k: int, phase: Phase) -> Step:
@@ -76,10 +96,54 @@ def _one_f_one_b(stage: int, p: int, m: int, v: int) -> list[Step]:
     return steps
 
 
-def peak_in_flight(steps: list[Step]) -> int:
-    """Most chunk-microbatches whose forward ran and backward did not, over ``steps``."""
-    live = peak = 0
-    for s in steps:
-        live += 1 if s.phase == "F" else -1
-        peak = max(peak, live)
-    return peak
+def _interleaved_problems(p: int, m: int | None, v: int) -> Problems:
+    if v == 1 and p > 1:
+        return [("parallelism.vpp", "schedule: interleaved needs vpp >= 2 virtual stages per "
+                 "rank; set vpp or use schedule: 1f1b")]
+    if v > 1 and m is not None and m % p:
+        return [("training.global_batch_size", f"the interleaved schedule needs microbatches "
+                 f"({m}) divisible by pp={p}; use a global batch giving a multiple of {p} "
+                 f"microbatches")]
+    return []
+
+
+SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
+    ScheduleKind("gpipe", "every forward, then every backward (Huang et al. 2019)",
+                 _gpipe, _one_chunk("gpipe")),
+    ScheduleKind("1f1b", "warm-up forwards, then one forward one backward (PipeDream-Flush)",
+                 _one_f_one_b, _one_chunk("1f1b")),
+    ScheduleKind("interleaved", "1F1B over vpp looping model chunks per stage (Megatron-LM)",
+                 _one_f_one_b, _interleaved_problems),
+    ScheduleKind("zb-h1", "1F1B with weight gradients deferred to the cool-down (Qi et al. "
+                 "2024)", zb_h1, _one_chunk("zb-h1")),
+)}
+
+
+def _kind(name: str) -> ScheduleKind:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown pipeline schedule {name!r}; use one of "
+                         f"{', '.join(SCHEDULES)}")
+    return SCHEDULES[name]
+
+
+def schedule_problems(name: str, p: int, m: int | None, v: int) -> Problems:
+    """Why schedule ``name`` cannot run p stages, m microbatches (None: not known yet, so
+    not checked), v chunks per stage."""
+    return _kind(name).problems(p, m, v)
+
+
+def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
+    """The schedule ``name`` for p stages, m microbatches and v model chunks per stage."""
+    if p < 1 or m < 1 or v < 1:
+        raise ValueError(f"need p, m, v >= 1, got p={p}, m={m}, v={v}")
+    kind = _kind(name)
+    problems = schedule_problems(name, p, m, v)
+    if problems:
+        raise ValueError(problems[0][1])
+    return Schedule(name, tuple(tuple(s) for s in kind.steps(p, m, v)), kind.placement(p, v),
+                    m)
+
+
+def build_schedule(kind: str, p: int, m: int, v: int = 1) -> list[list[Step]]:
+    """Per stage, the steps of ``make_schedule(kind, p, m, v)`` in execution order."""
+    return [list(steps) for steps in make_schedule(kind, p, m, v).stages]

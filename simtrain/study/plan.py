@@ -309,59 +309,16 @@ def stage_compute_times(scenario: Any, cluster: Any, plan: Any
                         ) -> list[list[tuple[float, float]]]:
     """(forward, backward) seconds of compute per microbatch, per stage and model chunk.
 
-    Exactly the kernels the lowering charges on a rank's compute stream (``op_time`` of
-    each forward op, its backward ops, and the recomputed forward ops), without any
-    communication, launch waits or optimizer.
+    The lowering's own accounting (``simtrain.parallel.program.stage_compute_times``: the
+    sum of its task templates, recompute included), without any communication, launch
+    waits or optimizer.
     """
-    from simtrain.parallel.shard import Comm, Compute
+    from simtrain.parallel.program import stage_compute_times as lowered
     from simtrain.workload.compute import op_time
-    from simtrain.workload.model import backward_ops
 
     gpu, comp, dtype = cluster.gpu_spec, scenario.compute, scenario.training.dtype
-    rec = scenario.parallelism.recompute
-    cache: dict[tuple[Any, ...], float] = {}
-
-    def t(op: Any) -> float:
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
-        if key not in cache:
-            cache[key] = op_time(op, gpu, comp, dtype)
-        return cache[key]
-
-    def ring_block(op: Any, steps: int) -> Any:
-        from simtrain.workload.model import Op
-
-        n = plan.dims.cp
-        return steps * t(Op(op.name, op.kind, op.flops / n, op.bytes / n, None, (), 0.0))
-
-    out = []
-    for chunks in plan.units:
-        row = []
-        for units in chunks:
-            fwd = bwd = 0.0
-            for unit in units:
-                uf = ub = 0.0
-                for step in unit.steps:
-                    if isinstance(step, Comm):
-                        continue
-                    if isinstance(step, Compute):
-                        f = t(step.op)
-                        uf += f
-                        ub += sum(t(b) for b in backward_ops(step.op))
-                        if rec == "selective" and step.op.kind == "attention":
-                            ub += f
-                    else:  # ring attention blocks
-                        f = ring_block(step.op, step.steps)
-                        uf += f
-                        ub += ring_block(backward_ops(step.op)[0], step.steps)
-                        if rec == "selective":
-                            ub += f
-                if rec == "full" and unit.layer >= 0:
-                    ub += uf
-                fwd += uf
-                bwd += ub
-            row.append((fwd, bwd))
-        out.append(row)
-    return out
+    return lowered(plan.units, cp=plan.dims.cp, recompute=scenario.parallelism.recompute,
+                   op_time=lambda op: op_time(op, gpu, comp, dtype))
 
 
 def step_time_bound(times: Sequence[Sequence[tuple[float, float]]], micro_batches: int

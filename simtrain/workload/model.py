@@ -3,14 +3,15 @@
 A ``ModelConfig`` is the scenario's ``model:`` section after the preset merge. ``lower_model``
 turns it into layers of ops, each carrying forward FLOPs, HBM bytes, GEMM shape, owned
 parameters and saved activations for one microbatch; ``backward_ops`` derives the backward.
+The layers are built in one place, ``layers.py`` (here without parallelism; sharded
+programs come from the same builders through ``simtrain.parallel.shard``), from the
+kernels of ``ops.py``.
 
-FLOP conventions (see shared/reference/README.md):
-- a GEMM (m, n, k) costs 2·m·n·k; bias adds in the epilogue are not counted;
-- attention core counts QKᵀ and AV as 4·b·s²·h, the *non-causal* convention used by the
-  Megatron MFU formula (a causal kernel executes about half; ``compute.py`` applies that);
-- memory-bound ops (norm, residual, activation, rope, loss) carry small nominal FLOP counts
-  (per element, documented below); they are informative only, their time comes from bytes,
-  and the MFU formula ``model_flops_per_step`` does not count them.
+FLOP conventions (see shared/reference/README.md and ``ops.py``): a GEMM (m, n, k) costs
+2·m·n·k; attention core counts QKᵀ and AV as 4·b·s²·h, the *non-causal* convention used by
+the Megatron MFU formula (a causal kernel executes about half; ``compute.py`` applies
+that); memory-bound ops carry small nominal FLOP counts, informative only, not counted by
+``model_flops_per_step``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-OP_KINDS = ("gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss")
-_FP32 = 4  # norm statistics, attention logsumexp and the loss softmax are kept in fp32
-_IDS = 8  # token ids are int64, as in PyTorch
-# Nominal FLOPs per element of memory-bound ops (informative; time comes from bytes).
-_NORM_FLOPS, _ADD_FLOPS, _ACT_FLOPS, _ROPE_FLOPS, _LOSS_FLOPS = 5.0, 1.0, 8.0, 3.0, 5.0
-_SOFTMAX_FLOPS = 5.0  # scale, mask, max, exp, normalise per score
+from simtrain.workload.layers import Shard, attention_ops, block, embedding, head, moe_ops
+from simtrain.workload.ops import OP_KINDS, Op, Param, backward_ops
+
+# Re-exported: the kernels and their constructors live in ops.py and layers.py.
+__all__ = ["MODEL_PRESETS", "OP_KINDS", "Layer", "ModelConfig", "Op", "Param",
+           "attention_ops", "backward_ops", "lower_model", "model_flops_per_step", "moe_ops",
+           "num_parameters"]
 
 _GPT3 = dict(family="gpt", vocab_size=50257, max_seq_len=2048, tied_embeddings=True)
 _MEGATRON_2020 = dict(family="gpt", vocab_size=51200, max_seq_len=1024, tied_embeddings=True)
@@ -208,185 +210,11 @@ class ModelConfig(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Param:
-    """A parameter tensor: its name (PyTorch style) and element count."""
-
-    name: str
-    numel: int
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One kernel of the forward pass for one microbatch.
-
-    ``gemm_shape`` is (m, n, k): m tokens (rows), n output features, k input features.
-    ``params`` are owned by this op: their gradients are ready when its backward ends.
-    """
-
-    name: str
-    kind: str
-    flops: float
-    bytes: float
-    gemm_shape: tuple[int, int, int] | None
-    params: tuple[Param, ...]
-    activation_bytes: float
-
-
-@dataclass(frozen=True, slots=True)
 class Layer:
     """A named group of ops in forward order: "embedding", "layers.i", "final_norm", "lm_head"."""
 
     name: str
     ops: tuple[Op, ...]
-
-
-def _gemm(name: str, m: int, n: int, k: int, dt: int, bias: bool, save: float) -> Op:
-    """Y[m,n] = X[m,k]·Wᵀ: 2·m·n·k FLOPs; reads X and W (and bias), writes Y, once each."""
-    params = (Param(f"{name}.weight", n * k),) + ((Param(f"{name}.bias", n),) if bias else ())
-    nbytes = dt * (m * k + n * k + m * n + (n if bias else 0))
-    return Op(name, "gemm", 2.0 * m * n * k, float(nbytes), (m, n, k), params, float(save))
-
-
-def _norm(name: str, cfg: ModelConfig, m: int, dt: int) -> Op:
-    """Norm over h: reads x and the weight(s), writes y; saves x and fp32 row statistics."""
-    h = cfg.hidden_size
-    layer = cfg.norm == "layernorm"
-    params = (Param(f"{name}.weight", h),) + ((Param(f"{name}.bias", h),) if layer else ())
-    stats = (2 if layer else 1) * _FP32 * m  # mean and rstd (layernorm) or rstd (rmsnorm)
-    nbytes = dt * (2 * m * h + len(params) * h) + stats
-    return Op(name, "norm", _NORM_FLOPS * m * h, float(nbytes), None, params,
-              float(dt * m * h + stats))
-
-
-def _elementwise(name: str, reads: int, writes: int, flops_per: float, dt: int,
-                 save: float = 0.0) -> Op:
-    """A memory-bound elementwise kernel reading ``reads`` and writing ``writes`` elements."""
-    return Op(name, "elementwise", flops_per * writes, float(dt * (reads + writes)), None, (),
-              float(save))
-
-
-def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int, q: int,
-                  kv: int, dt: int) -> list[Op]:
-    """Core attention of ``heads`` heads: ``sq`` queries of ``b`` sequences over ``sk`` keys.
-
-    q and kv are the query and key/value widths (heads · head_dim). Flash: one fused
-    kernel of 4·b·sq·sk·q FLOPs reading q, k, v, writing o and the fp32 logsumexp.
-    Standard (Megatron 2020): scores = QKᵀ as one batched GEMM (b·heads·sq, sk, d), fused
-    scale-mask-softmax over the E = b·heads·sq·sk scores (read and write, output saved),
-    dropout (writes a 1-byte mask) when the model has dropout, context = PV as a batched
-    GEMM (b·heads·sq, d, sk): the same 4·b·sq·sk·q FLOPs, plus ~4·E·dt bytes of traffic.
-    """
-    m = b * sq
-    if cfg.attention_kernel == "flash":
-        lse = _FP32 * b * heads * sq
-        return [Op(f"{p}.attn.core", "attention", 4.0 * b * sq * sk * q,
-                   float(dt * m * (2 * q + 2 * kv) + lse), None, (),
-                   float(dt * m * (q + 2 * kv) + lse))]
-    d = q // heads
-    rows, e = b * heads * sq, b * heads * sq * sk
-    # Batched GEMMs read Q (K, V) per head: K and V are shared by q/kv query heads (GQA).
-    scores = Op(f"{p}.attn.scores", "gemm", 2.0 * rows * sk * d,
-                float(dt * (m * q + b * sk * kv + e)), (rows, sk, d), (), float(dt * m * (q + kv)))
-    ops = [scores, Op(f"{p}.attn.softmax", "softmax", _SOFTMAX_FLOPS * e, float(2 * dt * e),
-                      None, (), float(dt * e))]
-    if cfg.dropout_masks:  # reads and writes the scores, writes (and saves) a byte mask
-        ops.append(Op(f"{p}.attn.dropout", "elementwise", _ADD_FLOPS * e,
-                      float(2 * dt * e + e), None, (), float(e)))
-    ops.append(Op(f"{p}.attn.context", "gemm", 2.0 * rows * d * sk,
-                  float(dt * (e + b * sk * kv + m * q)), (rows, d, sk), (),
-                  float(dt * (e + b * sk * kv))))
-    return ops
-
-
-def _embedding(cfg: ModelConfig, b: int, s: int, dt: int) -> Layer:
-    """Word lookup (gather of m rows) then, for learned positions, a position add."""
-    h, m = cfg.hidden_size, b * s
-    ops = [Op("embedding.word", "embedding", 0.0, float(_IDS * m + 2 * dt * m * h), None,
-              (Param("embedding.word.weight", cfg.vocab_size * h),), float(_IDS * m))]
-    if cfg.position_embedding == "learned":
-        ops.append(Op("embedding.position", "embedding", _ADD_FLOPS * m * h,
-                      float(dt * (s * h + 2 * m * h)), None,
-                      (Param("embedding.position.weight", cfg.max_seq_len * h),), 0.0))
-    return Layer("embedding", tuple(ops))
-
-
-def _block(cfg: ModelConfig, i: int, b: int, s: int, dt: int) -> Layer:
-    """One transformer layer (pre-norm), ops in forward order.
-
-    Saved activations (dt bytes each unless noted): norms save their input (+ fp32 stats),
-    each GEMM its input, attention q, k, v (+ fp32 logsumexp; no s² matrix, FlashAttention),
-    the activation its input. For a GPT layer this is 32·s·b·h + stats: Korthikanti et al.
-    2022's 34·s·b·h without the two dropout masks (no dropout) and without the 5·a·s²·b
-    attention matrices (fused flash kernel). The attention output is the proj GEMM's saved
-    input and is counted there only (one storage in PyTorch).
-    """
-    h, m, f = cfg.hidden_size, b * s, cfg.ffn_size
-    a, kv = cfg.num_heads, cfg.kv_heads * cfg.head_dim
-    p = f"layers.{i}"
-    ops = [_norm(f"{p}.input_norm", cfg, m, dt),
-           _gemm(f"{p}.attn.qkv", m, cfg.qkv_width, h, dt, cfg.bias, dt * m * h)]
-    if cfg.position_embedding == "rope":
-        ops.append(_elementwise(f"{p}.attn.rope", m * (h + kv), m * (h + kv), _ROPE_FLOPS, dt))
-    ops += attention_ops(cfg, p, b, a, s, s, h, kv, dt)
-    ops += [_gemm(f"{p}.attn.proj", m, h, h, dt, cfg.bias, dt * m * h),
-            _elementwise(f"{p}.attn.residual", 2 * m * h, m * h, _ADD_FLOPS, dt),
-            _norm(f"{p}.post_attn_norm", cfg, m, dt)]
-    gated = cfg.activation == "swiglu"
-    fc1_out = (2 if gated else 1) * f  # swiglu fuses gate and up projections
-    if cfg.is_moe:
-        router, experts = moe_ops(cfg, p, m, dt, cfg.num_experts, 1)
-        ops += [router, *experts,
-                _elementwise(f"{p}.mlp.residual", 2 * m * h, m * h, _ADD_FLOPS, dt)]
-        return Layer(p, tuple(ops))
-    ops += [_gemm(f"{p}.mlp.fc1", m, fc1_out, h, dt, cfg.bias, dt * m * h),
-            _elementwise(f"{p}.mlp.act", m * fc1_out, m * f, _ACT_FLOPS, dt, dt * m * fc1_out),
-            _gemm(f"{p}.mlp.fc2", m, h, f, dt, cfg.bias, dt * m * f),
-            _elementwise(f"{p}.mlp.residual", 2 * m * h, m * h, _ADD_FLOPS, dt)]
-    return Layer(p, tuple(ops))
-
-
-def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
-            tp: int) -> tuple[Op, list[Op]]:
-    """The router GEMM (m, E, h) and ``local_experts`` experts' MLP as grouped kernels.
-
-    Each of m tokens goes to k experts, so the local experts see k·m tokens on average
-    when they are spread over E/local_experts ranks (or all E live here): the grouped GEMMs
-    have m' = k·m rows, expert width f_e/tp, and own the weights of every local expert.
-    """
-    h, k = cfg.hidden_size, cfg.experts_per_token
-    fe = cfg.expert_ffn_size // tp
-    fc1_out = (2 if cfg.activation == "swiglu" else 1) * fe
-    tokens = k * m
-
-    def grouped(op: Op) -> Op:
-        params = tuple(Param(q.name.replace(".mlp.", ".mlp.experts."), q.numel * local_experts)
-                       for q in op.params)
-        extra = dt * (local_experts - 1) * sum(q.numel for q in op.params)
-        return Op(op.name, op.kind, op.flops, op.bytes + extra, op.gemm_shape, params,
-                  op.activation_bytes)
-
-    router = _gemm(f"{p}.mlp.router", m, cfg.num_experts, h, dt, False, dt * m * h)
-    experts = [grouped(_gemm(f"{p}.mlp.fc1", tokens, fc1_out, h, dt, cfg.bias, dt * tokens * h)),
-               _elementwise(f"{p}.mlp.act", tokens * fc1_out, tokens * fe, _ACT_FLOPS, dt,
-                            dt * tokens * fc1_out),
-               grouped(_gemm(f"{p}.mlp.fc2", tokens, h, fe, dt, cfg.bias, dt * tokens * fe))]
-    return router, experts
-
-
-def _head(cfg: ModelConfig, m: int, dt: int) -> Layer:
-    """LM head GEMM (n = V; no params when tied) and fp32 softmax cross-entropy.
-
-    The loss reads the logits and writes the fp32 softmax it saves for backward
-    (Megatron's vocab-parallel cross-entropy casts logits to fp32).
-    """
-    h, v = cfg.hidden_size, cfg.vocab_size
-    gemm = _gemm("lm_head", m, v, h, dt, False, dt * m * h)
-    if cfg.tied_embeddings:  # the embedding owns the shared weight
-        gemm = Op(gemm.name, gemm.kind, gemm.flops, gemm.bytes, gemm.gemm_shape, (),
-                  gemm.activation_bytes)
-    loss = Op("lm_head.loss", "loss", _LOSS_FLOPS * m * v, float((dt + _FP32) * m * v + _IDS * m),
-              None, (), float(_FP32 * m * v + _IDS * m))
-    return Layer("lm_head", (gemm, loss))
 
 
 def lower_model(cfg: ModelConfig, micro_batch_size: int, seq_len: int,
@@ -405,43 +233,11 @@ def lower_model(cfg: ModelConfig, micro_batch_size: int, seq_len: int,
     if seq_len > cfg.max_seq_len:
         raise ValueError(f"seq_len {seq_len} exceeds model.max_seq_len {cfg.max_seq_len}; "
                          f"shorten the sequence or set model.max_seq_len >= {seq_len}")
-    b, s, dt = micro_batch_size, seq_len, dtype_bytes
-    layers = [_embedding(cfg, b, s, dt)]
-    layers += [_block(cfg, i, b, s, dt) for i in range(cfg.num_layers)]
-    layers.append(Layer("final_norm", (_norm("final_norm", cfg, b * s, dt),)))
-    layers.append(_head(cfg, b * s, dt))
-    return layers
-
-
-def backward_ops(op: Op) -> tuple[Op, ...]:
-    """The backward kernels of forward ``op``, in execution order.
-
-    - gemm (m, n, k): dgrad dX = dY·W with shape (m, k, n) then wgrad dW = dYᵀ·X with shape
-      (n, k, m) (the weight's [out, in] layout, reducing over tokens); each costs the forward's
-      2·m·n·k FLOPs and touches the same three matrices. wgrad owns the params.
-    - attention: one fused kernel, 2.5× forward FLOPs: FlashAttention-2 backward runs 5
-      matmuls (QKᵀ recomputed, dV, dP, dQ, dK) against 2 forward (Dao 2023, Sec. 3.1);
-      bytes 2× (reads q, k, v, o, dO; writes dq, dk, dv).
-    - embedding: scatter-add of dY into weight rows: 1.5× forward bytes (dY read plus a
-      read-modify-write of rows, against row read plus output write forward).
-    - other memory-bound ops: 2× forward FLOPs and bytes (read y or x and dY, write dX).
-    """
-    if op.kind == "gemm":
-        if op.gemm_shape is None:
-            raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
-        m, n, k = op.gemm_shape
-        return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0),
-                Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0))
-    if op.kind == "attention":
-        return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
-                   op.params, 0.0),)
-    if op.kind == "embedding":
-        return (Op(f"{op.name}.bwd", "embedding", op.flops, 1.5 * op.bytes, None, op.params,
-                   0.0),)
-    if op.kind in OP_KINDS:
-        return (Op(f"{op.name}.bwd", op.kind, 2.0 * op.flops, 2.0 * op.bytes, None, op.params,
-                   0.0),)
-    raise ValueError(f"op {op.name!r} has unknown kind {op.kind!r}; use one of {OP_KINDS}")
+    b, s, dt, one = micro_batch_size, seq_len, dtype_bytes, Shard()
+    programs = [embedding(cfg, b, s, dt, one)]
+    programs += [block(cfg, i, b, s, dt, one) for i in range(cfg.num_layers)]
+    programs += head(cfg, b, s, dt, one)
+    return [Layer(p.name, p.ops) for p in programs]
 
 
 def num_parameters(cfg: ModelConfig) -> int:

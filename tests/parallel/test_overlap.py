@@ -101,7 +101,7 @@ def _one_step_makespan(nbytes: float, g: float, *, overlap: bool, op: str) -> tu
                            bucket_cap_bytes=25 * 2**20, overlap=True,
                            optimizer_bytes_per_param=16, tp_comm_overlap=overlap)
     graph = TaskGraph(num_ranks=n)
-    low = Lowering(graph, units, [[Step(0, 0, "F")]], options, lambda _op: g)
+    low = Lowering(graph, units, [[Step(0, 0, "F"), Step(0, 0, "B")]], options, lambda _op: g)
     low.emit_step(Step(0, 0, "F"), None)
     s = load_scenario({"cluster": {"preset": "dgx-a100", "nodes": 1},
                        "model": {"preset": "tiny-gpt"},

@@ -8,11 +8,11 @@ from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.parallel.lower import Lowering, LowerOptions
 from simtrain.parallel.plan import ParallelDims
-from simtrain.parallel.schedule import build_schedule, peak_in_flight
+from simtrain.parallel.schedule import build_schedule, make_schedule, peak_in_flight
 from simtrain.parallel.shard import Compute, Unit
 from simtrain.simulate import step_breakdown
 from simtrain.workload.memory import pipeline_inflight_formula
-from simtrain.workload.model import Op
+from simtrain.workload.model import Op, Param
 
 
 def _pipeline(star_fabric, kind: str, p: int, m: int, v: int = 1):
@@ -87,3 +87,47 @@ def test_schedule_errors_name_the_fix():
         build_schedule("interleaved", 4, 6, 2)
     with pytest.raises(ValueError, match="schedule: interleaved"):
         build_schedule("1f1b", 4, 8, 2)
+
+
+def _split_pipeline(star_fabric, kind: str, p: int, m: int, tf: float, tb: float, tw: float):
+    """p uniform stages of one GEMM: forward tf, input gradient (dgrad) tb, weight gradient
+    (wgrad) tw per microbatch; free transfers and optimizer."""
+    op = Op("g", "gemm", 1.0, 1.0, (1, 2, 3), (Param("g.weight", 1),), 0.0)
+    units = [[[Unit("layers.0", (Compute(op),), layer=0)]] for _ in range(p)]
+
+    def op_time(o: Op) -> float:
+        return 0.0 if o.name == "optimizer.step" else {None: tf, "input": tb, "weight": tw}[
+            o.grad]
+
+    options = LowerOptions(dims=ParallelDims(pp=p), micro_batches=m, dtype_bytes=2,
+                           grad_bytes_per_element=4, first_bucket_bytes=1, bucket_cap_bytes=1,
+                           overlap=True, optimizer_bytes_per_param=0)
+    graph = TaskGraph(p)
+    Lowering(graph, units, make_schedule(kind, p, m), options, op_time).run()
+    return execute(graph, star_fabric(p, 1e15, 0.0))
+
+
+@pytest.mark.parametrize(("tf", "tb", "tw", "zb", "one"), [
+    # Qi et al. 2024: ZB-H1 idles (p-1)(T_F + T_B - T_W), 1F1B (p-1)(T_F + T_B + T_W).
+    # p = 4, m = 8, all 1: ZB-H1 takes 8·3 + 3·1 = 27, bubble 3/27 = 0.1111 (a third of
+    # 1F1B's bubble time); 1F1B 8·3 + 3·3 = 33, bubble 9/33 = 0.2727.
+    (1.0, 1.0, 1.0, 3 / 27, 9 / 33),
+    # T_F = T_B = 2, T_W = 1: ZB-H1 8·5 + 3·3 = 49, 9/49 = 0.1837; 1F1B 8·5 + 3·5 = 55,
+    # 15/55 = 0.2727.
+    (2.0, 2.0, 1.0, 9 / 49, 15 / 55),
+])
+def test_zb_h1_bubble_is_p_minus_1_times_f_plus_b_minus_w(star_fabric, tf, tb, tw, zb, one):
+    p, m = 4, 8
+    got_zb = step_breakdown(_split_pipeline(star_fabric, "zb-h1", p, m, tf, tb, tw))
+    got_one = step_breakdown(_split_pipeline(star_fabric, "1f1b", p, m, tf, tb, tw))
+    assert got_zb["bubble_fraction"] == pytest.approx(zb, abs=0.02)
+    assert got_one["bubble_fraction"] == pytest.approx(one, abs=0.02)
+
+
+def test_zb_h1_holds_no_more_activations_than_1f1b_and_needs_one_chunk():
+    # Stage i defers i W's on top of 1F1B's p - i in flight: p everywhere, 1F1B's peak.
+    p, m = 4, 8
+    assert [peak_in_flight(s) for s in build_schedule("zb-h1", p, m)] == [p] * p
+    assert max(peak_in_flight(s) for s in build_schedule("1f1b", p, m)) == p
+    with pytest.raises(ValueError, match="need schedule: interleaved"):
+        build_schedule("zb-h1", p, m, 2)

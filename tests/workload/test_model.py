@@ -182,6 +182,11 @@ def test_backward_ops() -> None:
     word = lower_model(_small_gpt(), 1, 16)[0].ops[0]
     (word_bwd,) = backward_ops(word)
     assert word_bwd.kind == "embedding" and word_bwd.bytes == 1.5 * word.bytes
+    # Roles as fields: the input gradient (zero-bubble B) and the weight gradient (W).
+    assert (dgrad.grad, wgrad.grad, attn_bwd.grad, norm_bwd.grad) == (
+        "input", "weight", "input", "input")
+    assert word_bwd.grad == "weight"  # token ids have no gradient
+    assert qkv.grad is None  # a forward op
 
 
 @pytest.mark.parametrize(("overrides", "match"), [
@@ -249,3 +254,19 @@ def test_standard_attention_kernels_by_hand() -> None:
     no_dropout = lower_model(_small_gpt(attention_kernel="standard", dropout_masks=False),
                              2, 16)[1]
     assert not any(op.name.endswith(".dropout") for op in no_dropout.ops)
+
+
+def test_roles_are_fields_not_names() -> None:
+    # Expert kernels and parameters, and core attention, are marked as such by the builder.
+    cfg = ModelConfig.from_preset("tiny-moe", num_layers=1)
+    ops = {op.name: op for layer in lower_model(cfg, 1, 16) for op in layer.ops}
+    assert {n for n, op in ops.items() if op.role == "expert"} == {
+        "layers.0.mlp.fc1", "layers.0.mlp.act", "layers.0.mlp.fc2"}
+    params = [p for op in ops.values() for p in op.params]
+    assert {p.name for p in params if p.expert} == {"layers.0.mlp.experts.fc1.weight",
+                                                    "layers.0.mlp.experts.fc2.weight"}
+    assert ops["layers.0.mlp.router"].role is None
+    assert ops["layers.0.attn.core"].role == "core_attention"
+    std = lower_model(_small_gpt(attention_kernel="standard"), 1, 16)[1].ops
+    assert [op.name.rsplit(".", 1)[-1] for op in std if op.role == "core_attention"] == [
+        "scores", "softmax", "dropout", "context"]

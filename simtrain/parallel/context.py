@@ -1,0 +1,64 @@
+"""Context parallelism: ring attention's blocks and K,V passes around the CP ring.
+
+Every CP rank holds s/cp tokens (``shard.py``). Ring attention (Liu et al. 2023; Megatron-
+Core's context parallelism) runs cp blockwise attention steps; between them each rank
+passes the K,V block it holds to the next rank of the ring (cp - 1 passes), so each pass
+overlaps the block computed meanwhile. The backward passes K,V and dK,dV (twice the
+bytes). Each pass uses its own stream per ring link ("cp a>b"). The all-gather variant is
+a plain collective (``shard.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from simtrain.parallel.emit import Emitter
+from simtrain.parallel.shard import Ring
+from simtrain.parallel.templates import RingAttention
+from simtrain.workload.model import Op, backward_ops
+
+
+def ring_block(op: Op, cp: int) -> Op:
+    """One of the cp attention blocks of ``op``: 1/cp of its FLOPs and bytes."""
+    return Op(f"{op.name}.block", op.kind, op.flops / cp, op.bytes / cp, None, (), 0.0)
+
+
+def ring_forward(ring: Ring, kind: str, layer: int, cp: int,
+                 duration: Callable[[Op], float]) -> RingAttention:
+    """The forward (or, with ``kind`` "recompute", recomputed) ring attention of ``ring``."""
+    blk = ring_block(ring.op, cp)
+    return RingAttention(ring.op.name, kind, duration(blk), blk.flops, ring.kv_bytes,
+                         ring.steps, layer)
+
+
+def ring_backward(ring: Ring, layer: int, cp: int,
+                  duration: Callable[[Op], float]) -> RingAttention:
+    """The backward: blocks of the attention backward; K,V and dK,dV passed on."""
+    bwd = backward_ops(ring.op)[0]
+    blk = ring_block(bwd, cp)
+    return RingAttention(bwd.name, "backward", duration(blk), blk.flops, 2 * ring.kv_bytes,
+                         ring.steps, layer)
+
+
+def emit_ring(em: Emitter, stage: int, t: RingAttention, meta: dict[str, Any]) -> None:
+    """``t`` on every CP ring of ``stage``: block j waits for the K,V pass j - 1 received."""
+    st, g = em.state, em.graph
+    for grp in em.groups(stage, "cp"):
+        n = len(grp)
+        nxt = {grp[i]: grp[(i + 1) % n] for i in range(n)}
+        have = {r: em.dep(r) for r in grp}  # what each rank forwards next
+        recv: dict[int, int] = {}
+        for j in range(t.steps):
+            sends: dict[int, int] = {}
+            if j < t.steps - 1:
+                for r in grp:
+                    dst = nxt[r]
+                    sends[dst] = em.p2p(r, dst, t.nbytes, f"{t.name} kv {j}", kind="cp_comm",
+                                        stream=f"cp {r}>{dst}", deps=have[r], meta=meta)
+            for r in grp:
+                deps = em.dep(r) + ([recv[r]] if r in recv else [])
+                st.frontier[r] = [g.compute(r, f"{t.name} block {j}", t.base, kind=t.kind,
+                                            deps=deps, flops=t.flops, meta=meta)]
+            recv = sends
+            have = {r: [sends[r]] for r in sends}

@@ -1,0 +1,159 @@
+"""Data parallelism, ZeRO and FSDP: gradient reduction, parameter gathers, the optimizer.
+
+DP composes with every other parallelism over the dp x cp group of each stage:
+- zero 0 (DDP, ``ddp.py``): PyTorch reducer buckets of the chunk's gradients, all-reduced
+  when the last microbatch's backward has produced them (no_sync before); expert gradients
+  over the expert-data-parallel group (``expert.py``);
+- zero 1, 2 (Megatron distributed optimizer / ZeRO): the same buckets reduce-scattered,
+  optimizer on 1/N of the states, then an all-gather of the updated 16-bit parameters;
+  with ``overlap_param_gather`` (Megatron ``--overlap-param-gather``) that all-gather is
+  instead issued bucket by bucket (the reduce-scatter's buckets, in the parameter dtype) at
+  the start of the step on the "dp ag" stream, in forward order, and the first
+  microbatch's forward of each kernel waits for the buckets holding its parameters (at
+  "layer" granularity each fused task waits for all its kernels' buckets, at "stage" the
+  one forward task for every bucket of the chunk);
+- zero 3 (FSDP): per unit, an all-gather of its parameters before its forward and again
+  before its backward (resharded after forward), prefetched one unit ahead, and a
+  reduce-scatter of its gradients after its backward, every microbatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from simtrain.parallel.ddp import DP_STREAM, Bucket, assign_buckets
+from simtrain.parallel.emit import EXPERT_GRAD_GROUP, GRAD_GROUP, Emitter
+from simtrain.parallel.expert import split_expert
+from simtrain.parallel.options import LowerOptions
+from simtrain.parallel.shard import Unit
+from simtrain.parallel.templates import GradScatter, ParamGather, Template
+from simtrain.workload.model import Op
+
+FSDP_AG_STREAM = "dp ag"
+
+
+def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions, *, gather: bool = True,
+              scatter: bool = False) -> list[Template]:
+    """``body`` (the unit's templates of one phase) between the unit's FSDP all-gather (if
+    ``gather``) and its gradient reduce-scatter (if ``scatter``); ``body`` alone without
+    sharded parameters."""
+    pbytes = sum(p.numel for p in unit.params)
+    if not (o.fsdp and pbytes):
+        return body
+    out: list[Template] = []
+    if gather:
+        out.append(ParamGather(f"fsdp ag {unit.name}", pbytes * o.dtype_bytes))
+    out += body
+    if scatter:
+        out.append(GradScatter(f"fsdp rs {unit.name}", pbytes * o.grad_bytes_per_element))
+    return out
+
+
+def emit_param_gather(em: Emitter, stage: int, t: ParamGather, meta: dict[str, Any],
+                      unit_starts: dict[int, list[list[int]]]) -> None:
+    """FSDP all-gather of a unit, prefetched: issued once the unit before the previous one
+    started (``unit_starts``: each rank's frontier at every unit start of this step)."""
+    for r in em.stage_ranks[stage]:
+        unit_starts[r].append(em.dep(r))
+    for grp in em.groups(stage, GRAD_GROUP):
+        deps = sorted({t for r in grp if len(unit_starts[r]) >= 2 for t in unit_starts[r][-2]})
+        tid = em.coll("all_gather", grp, t.nbytes, t.name, kind="dp_comm",
+                      stream=FSDP_AG_STREAM, deps=deps, meta=meta)
+        for r in grp:
+            em.state.frontier[r] = [*em.dep(r), tid]
+
+
+def emit_grad_scatter(em: Emitter, stage: int, t: GradScatter, meta: dict[str, Any]) -> None:
+    """FSDP reduce-scatter of a unit's gradients, after its backward, on the DP stream."""
+    for grp in em.groups(stage, GRAD_GROUP):
+        tid = em.coll("reduce_scatter", grp, t.nbytes, t.name, kind="dp_comm",
+                      stream=DP_STREAM, deps=em.group_deps(grp), meta=meta)
+        for r in grp:
+            em.state.reductions[r].append(tid)
+
+
+def buckets(units: Sequence[Unit], o: LowerOptions) -> list[tuple[str, list[Bucket]]]:
+    """A chunk's gradient buckets per reduction group kind: dense parameters over the
+    data-parallel group ("grad"), expert parameters over the expert-data-parallel one."""
+    dense, expert = split_expert(p for u in units for p in u.params)
+    return [(kind, assign_buckets(plist, o.grad_bytes_per_element, o.first_bucket_bytes,
+                                  o.bucket_cap_bytes))
+            for kind, plist in ((GRAD_GROUP, dense), (EXPERT_GRAD_GROUP, expert)) if plist]
+
+
+def reduce_gradients(em: Emitter, stage: int, chunk: int, units: Sequence[Unit],
+                     o: LowerOptions) -> None:
+    """Bucketed DP gradient reduction of one chunk after its last microbatch's backward."""
+    d, st = em.dims, em.state
+    if d.zero == 3:
+        return
+    op = "all_reduce" if d.zero == 0 else "reduce_scatter"
+    for kind, bucket_list in buckets(units, o):
+        for grp in em.groups(stage, kind):
+            if len(grp) == 1:
+                continue
+            for b in bucket_list:
+                if o.overlap:
+                    deps = sorted({st.grad_ready[(r, p.name)] for r in grp for p in b.params
+                                   if (r, p.name) in st.grad_ready})
+                else:
+                    deps = em.group_deps(grp)
+                name = f"ddp bucket {b.index}" if d.zero == 0 else f"zero rs {b.index}"
+                if kind == EXPERT_GRAD_GROUP:
+                    name = "expert " + name
+                tid = em.coll(op, grp, b.nbytes, name, kind="dp_comm", stream=DP_STREAM,
+                              deps=deps, meta={"bucket": b.index, "params": len(b.params),
+                                               "chunk": chunk})
+                for r in grp:
+                    st.reductions[r].append(tid)
+
+
+def gather_params(em: Emitter, stage: int, chunks: Sequence[Sequence[Unit]],
+                  o: LowerOptions) -> None:
+    """``overlap_param_gather``: at the start of the step, all-gather the (previous step's)
+    updated parameters of every chunk of ``stage``, one all-gather per gradient bucket, in
+    forward order on the "dp ag" stream (the first forward's kernels wait for them)."""
+    for chunk, units in enumerate(chunks):
+        pos = {p.name: i for i, p in enumerate(p for u in units for p in u.params)}
+        # Forward order: by the first-registered parameter of the bucket.
+        todo = [(pos[b.params[-1].name], kind, b)
+                for kind, bucket_list in buckets(units, o) for b in bucket_list]
+        for _, kind, b in sorted(todo, key=lambda x: x[0]):
+            name = f"zero param ag {b.index}"
+            if kind == EXPERT_GRAD_GROUP:
+                name = "expert " + name
+            nbytes = sum(p.numel for p in b.params) * o.dtype_bytes
+            for grp in em.groups(stage, kind):
+                if len(grp) == 1:
+                    continue
+                tid = em.coll("all_gather", grp, nbytes, name, kind="dp_comm",
+                              stream=FSDP_AG_STREAM, deps=[],
+                              meta={"bucket": b.index, "params": len(b.params),
+                                    "chunk": chunk})
+                for r in grp:
+                    for p in b.params:
+                        em.state.param_ag[(r, p.name)] = tid
+
+
+def optimizer(em: Emitter, stage: int, chunks: Sequence[Sequence[Unit]],
+              o: LowerOptions) -> None:
+    """Optimizer step on each rank of ``stage`` (after its reductions), the host's step
+    overhead, then the ZeRO-1/2 all-gather of the updated parameters."""
+    d, g, st = em.dims, em.graph, em.state
+    numel = sum(p.numel for chunk in chunks for u in chunk for p in u.params)
+    shard = d.dp * d.cp if d.zero >= 1 else 1
+    op = Op("optimizer.step", "elementwise", 0.0,
+            numel * o.optimizer_bytes_per_param / shard, None, (), 0.0)
+    for r in em.stage_ranks[stage]:
+        # The DP stream is FIFO: waiting for its last reduction waits for all of them.
+        deps = em.dep(r) + st.reductions.get(r, [])[-1:]
+        st.frontier[r] = [g.compute(r, op.name, em.duration(op), kind="optimizer",
+                                    flops=op.flops, nbytes=op.bytes, deps=deps)]
+        if o.step_overhead > 0:
+            st.frontier[r] = [g.compute(r, "host overhead", o.step_overhead, kind="host",
+                                        deps=em.dep(r))]
+    if d.zero in (1, 2) and shard > 1 and not o.overlap_param_gather:
+        for grp in em.groups(stage, GRAD_GROUP):
+            em.coll("all_gather", grp, numel * o.dtype_bytes, "zero param all-gather",
+                    kind="dp_comm", stream=DP_STREAM, deps=em.group_deps(grp))

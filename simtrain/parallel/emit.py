@@ -1,0 +1,161 @@
+"""The shared emitter: ranks, groups, dependency frontiers and task creation for a stage.
+
+Every strategy module emits through one ``Emitter``: it knows which ranks of each stage
+are simulated (``symmetry.py``), the process group of a rank for each group kind, each
+rank's *frontier* (the tasks its next task must wait for: the head of its compute chain,
+plus an FSDP all-gather or an incoming pipeline transfer) and the cross-strategy state
+(gradient readiness for the DP buckets, pending reductions for the optimizer, overlapped
+ZeRO parameter all-gathers). It emits the two templates every strategy shares: kernels
+and plain collectives over a tp/cp/ep group.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from simtrain.engine.taskgraph import TaskGraph
+from simtrain.parallel.expert import expert_load
+from simtrain.parallel.plan import ParallelDims
+from simtrain.parallel.symmetry import Images, simulated_stage_ranks
+from simtrain.parallel.templates import Collective, Kernel
+from simtrain.workload.model import Op
+
+# Group kinds besides the ParallelDims axes: "ep" (expert parallel), "grad" (dense
+# gradients over dp x cp), "expert_grad" (expert gradients over the expert-data-parallel
+# group).
+GRAD_GROUP, EXPERT_GRAD_GROUP = "grad", "expert_grad"
+
+
+@dataclass
+class State:
+    """What strategies hand each other while a step is emitted."""
+
+    frontier: dict[int, list[int]] = field(default_factory=dict)
+    # (rank, param) -> the task producing the param's gradient of the last microbatch
+    grad_ready: dict[tuple[int, str], int] = field(default_factory=dict)
+    # rank -> its gradient reductions, in DP-stream order (the optimizer waits for them)
+    reductions: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    # (rank, param) -> the overlapped ZeRO parameter all-gather holding it
+    param_ag: dict[tuple[int, str], int] = field(default_factory=dict)
+
+
+class Emitter:
+    """Task creation for the ranks of each pipeline stage of ``dims`` into ``graph``."""
+
+    def __init__(self, graph: TaskGraph, dims: ParallelDims, op_time: Callable[[Op], float],
+                 *, symmetric: bool, imbalance: float = 0.0,
+                 capacity_factor: float | None = None):
+        self.graph = graph
+        self.dims = dims
+        self.state = State()
+        self.imbalance = imbalance
+        self.capacity_factor = capacity_factor
+        self._op_time = op_time
+        self._times: dict[tuple[object, ...], float] = {}
+        self.stage_ranks = simulated_stage_ranks(dims, symmetric)
+        self.simulated = {r for ranks in self.stage_ranks for r in ranks}
+        if symmetric:
+            graph.virtual = set(range(dims.world_size)) - self.simulated
+        self.images = Images(dims, symmetric)
+        self._groups: dict[tuple[int, str], list[tuple[int, ...]]] = {}
+        self._group_of: dict[tuple[int, str], tuple[int, ...]] = {}
+
+    # ---- lookups ---------------------------------------------------------------------
+    def duration(self, op: Op) -> float:
+        """Seconds of ``op``; layers repeat, so each distinct op shape is costed once."""
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = self._op_time(op)
+        return t
+
+    def group_of(self, rank: int, kind: str) -> tuple[int, ...]:
+        """The group of ``rank`` of ``kind`` (a dims axis, "ep", "grad" or "expert_grad")."""
+        key = (rank, kind)
+        if key not in self._group_of:
+            d = self.dims
+            if kind == "ep":
+                g = d.ep_group(rank)
+            elif kind == GRAD_GROUP:
+                g = d.group(rank, d.grad_dims)
+            elif kind == EXPERT_GRAD_GROUP:
+                g = d.expert_dp_group(rank)
+            else:
+                g = d.group(rank, kind)
+            for r in g:
+                self._group_of[(r, kind)] = g
+        return self._group_of[key]
+
+    def groups(self, stage: int, kind: str) -> list[tuple[int, ...]]:
+        """The distinct ``kind`` groups of the simulated ranks of ``stage``."""
+        key = (stage, kind)
+        if key not in self._groups:
+            seen: dict[tuple[int, ...], None] = {}
+            for r in self.stage_ranks[stage]:
+                seen.setdefault(self.group_of(r, kind), None)
+            self._groups[key] = list(seen)
+        return self._groups[key]
+
+    def dep(self, rank: int) -> list[int]:
+        """The tasks ``rank``'s next task waits for."""
+        return self.state.frontier.get(rank, [])
+
+    def group_deps(self, group: Sequence[int]) -> list[int]:
+        """What a collective over ``group`` waits for: every member's frontier."""
+        return sorted({t for r in group for t in self.dep(r)})
+
+    def param_waits(self, rank: int, reads: Sequence[str]) -> list[int]:
+        """The overlapped parameter all-gathers ``rank`` must finish before reading ``reads``."""
+        pa = self.state.param_ag
+        return sorted({pa[(rank, p)] for p in reads if (rank, p) in pa})
+
+    # ---- tasks -----------------------------------------------------------------------
+    def coll(self, op: str, group: tuple[int, ...], nbytes: float, name: str, *, kind: str,
+             stream: str, deps: list[int], meta: dict[str, Any] | None = None) -> int:
+        """A collective over ``group`` (with its symmetric copies); returns its task id."""
+        return self.graph.collective(op, group, nbytes, name, kind=kind, stream=stream,
+                                     deps=deps, meta=meta, copies=self.images.copies(group))
+
+    def p2p(self, src: int, dst: int, nbytes: float, name: str, *, kind: str, stream: str,
+            deps: list[int], meta: dict[str, Any] | None = None) -> int:
+        """A transfer src -> dst; returns the task the receiver's work must wait for."""
+        return self.graph.send_recv(src, dst, nbytes, name, kind=kind, stream=stream,
+                                    deps=deps, meta=meta,
+                                    copies=self.images.copies((src, dst)))
+
+    def kernel(self, stage: int, k: Kernel, meta: dict[str, Any], gather: bool,
+               grads: bool) -> None:
+        """``k`` on every simulated rank of ``stage``, after the rank's frontier (and, if
+        ``gather``, the parameter all-gathers of what it reads); if ``grads``, it produces
+        the last microbatch's gradients of its params."""
+        st, d = self.state, self.dims
+        frontier, grad_ready = st.frontier, st.grad_ready
+        add = self.graph.compute
+        for r in self.stage_ranks[stage]:
+            load = 1.0
+            if k.expert:
+                load = expert_load(d.ep_index(r), k.layer, d.ep, self.imbalance,
+                                   self.capacity_factor)
+            deps = frontier.get(r, [])
+            if gather:
+                deps = deps + self.param_waits(r, k.reads)
+            tid = add(r, k.name, k.base + k.expert * load, kind=k.kind, deps=deps,
+                      flops=k.flops + k.expert_flops * load, meta=meta)
+            frontier[r] = [tid]
+            if grads and k.params:
+                for p in k.params:
+                    grad_ready[(r, p)] = tid
+
+    def collective(self, stage: int, c: Collective, meta: dict[str, Any]) -> None:
+        """``c`` over each of the stage's groups of its kind, after every member's frontier."""
+        frontier = self.state.frontier
+        for grp in self.groups(stage, c.group):
+            deps = sorted({t for r in grp for t in frontier.get(r, ())})
+            tid = self.graph.collective(c.op, grp, c.nbytes, c.name, kind=c.kind,
+                                        stream=c.group, deps=deps, meta=meta,
+                                        copies=self.images.copies(grp))
+            for r in grp:
+                frontier[r] = [tid]

@@ -1,0 +1,67 @@
+"""Pipeline parallelism: run a schedule's steps across stages, with their transfers.
+
+Each stage runs its steps in the schedule's order (``schedule.py``). A step's input comes
+from another stage (activations forward, gradients backward): a send/recv is created right
+after its producer, in the producer's schedule order, and the receiver consumes in the
+same order (every stage runs the same forward sequence), so every link stream is
+FIFO-consistent and cannot deadlock. Transfers use one stream per direction and link,
+shared by both ends ("pp fwd 0>1", "pp bwd 1>0"). Stages are emitted step by step from a
+worklist: a step whose input transfer does not exist yet waits for its producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simtrain.parallel.emit import Emitter
+from simtrain.parallel.pipeline_schedule import Schedule, Step
+
+# (stage, chunk, microbatch, phase) -> rank -> the transfer the rank's step waits for
+Inbox = dict[tuple[int, int, int, str], dict[int, int]]
+
+
+def run_schedule(em: Emitter, schedule: Schedule, p2p_bytes: float,
+                 emit: Callable[[Step, dict[int, int] | None], None],
+                 done: Callable[[Step], None]) -> None:
+    """Emit every stage's steps through ``emit``, interleaved by a worklist so each step
+    comes after the transfer it needs; ``done`` runs after each step and its transfer."""
+    stages = schedule.stages
+    p = len(stages)
+    pos = [0] * p
+    inbox: Inbox = {}
+    while any(pos[s] < len(stages[s]) for s in range(p)):
+        progressed = False
+        for s in range(p):
+            steps = stages[s]
+            while pos[s] < len(steps):
+                step = steps[pos[s]]
+                key = (s, step.chunk, step.microbatch, step.phase)
+                needs = schedule.needs_input(step)
+                if needs and key not in inbox:
+                    break
+                emit(step, inbox.pop(key, None) if needs else None)
+                send(em, schedule, step, p2p_bytes, inbox)
+                done(step)
+                pos[s] += 1
+                progressed = True
+        if not progressed:
+            stuck = [stages[s][pos[s]] for s in range(p) if pos[s] < len(stages[s])]
+            raise RuntimeError(f"pipeline schedule cannot make progress at {stuck}")
+
+
+def send(em: Emitter, schedule: Schedule, step: Step, nbytes: float, inbox: Inbox) -> None:
+    """The transfer of ``step``'s output to the step that consumes it, into ``inbox``: a
+    send/recv per rank pair, or nothing to wait for when the consumer is on this stage."""
+    target = schedule.target(step)
+    if target is None:
+        return
+    s = step.stage
+    dst_s, dst_c = target
+    out: dict[int, int] = {}
+    if dst_s != s:
+        stream = f"pp {'fwd' if step.phase == 'F' else 'bwd'} {s}>{dst_s}"
+        for src, dst in zip(em.stage_ranks[s], em.stage_ranks[dst_s], strict=True):
+            out[dst] = em.p2p(src, dst, nbytes, f"pp {step.phase} mb{step.microbatch}",
+                              kind="pp_comm", stream=stream, deps=em.dep(src),
+                              meta={"microbatch": step.microbatch, "chunk": step.chunk})
+    inbox[(dst_s, dst_c, step.microbatch, step.phase)] = out

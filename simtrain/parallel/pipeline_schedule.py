@@ -1,0 +1,152 @@
+"""A pipeline schedule as a value: steps, phases, chunk placement, and where transfers go.
+
+A ``Schedule`` lists, per stage, the steps it runs in order; a ``Step`` is one phase of one
+microbatch for one of the stage's model chunks. Phases: "F" (forward), "B" (backward) and,
+for zero-bubble schedules (Qi et al. 2024), the backward split in two: "B" computes the
+input gradients only (what the previous stage waits for) and "W" the weight gradients,
+which may be deferred to fill bubbles. A schedule without "W" steps runs the whole
+backward in "B".
+
+The placement says which model chunk each (stage, chunk) holds: looping (Megatron's
+virtual stages: chunk c of stage i is model chunk c·p + i, Narayanan et al. 2021, Sec. 2.2)
+or V-shaped (chunk 0 of stage i is model chunk i, chunk 1 is 2p - 1 - i, so the first and
+last model chunks share stage 0; Qi et al. 2024, ZB-V). The stage each transfer goes to
+follows from it: a forward's activations go to the next model chunk, a backward's input
+gradients to the previous one; between two chunks on one stage there is no transfer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+Phase = Literal["F", "B", "W"]
+PHASES: tuple[Phase, ...] = ("F", "B", "W")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One unit of pipeline work: ``phase`` of ``microbatch`` for model chunk ``chunk``."""
+
+    stage: int
+    microbatch: int
+    phase: Phase
+    chunk: int = 0
+
+
+Placement = tuple[tuple[int, ...], ...]  # [stage][chunk] -> model chunk
+
+
+def looping(p: int, v: int) -> Placement:
+    """Chunk c of stage i is model chunk c·p + i (Megatron interleaving)."""
+    return tuple(tuple(c * p + i for c in range(v)) for i in range(p))
+
+
+def v_shape(p: int) -> Placement:
+    """Two chunks per stage: stage i holds model chunks i and 2p - 1 - i."""
+    return tuple((i, 2 * p - 1 - i) for i in range(p))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per stage, its steps in execution order, over ``micro_batches`` microbatches, with
+    each (stage, chunk)'s model chunk in ``placement``. Checked on construction: every
+    stage runs F and B (and W, if any stage does) once per microbatch and chunk, in the
+    order F, B, W."""
+
+    name: str
+    stages: tuple[tuple[Step, ...], ...]
+    placement: Placement
+    micro_batches: int
+
+    def __post_init__(self) -> None:
+        p, v = len(self.placement), len(self.placement[0]) if self.placement else 0
+        if sorted(k for row in self.placement for k in row) != list(range(p * v)):
+            raise ValueError(f"schedule {self.name!r}: placement {self.placement} must hold "
+                             f"each of the {p * v} model chunks once")
+        if len(self.stages) != p:
+            raise ValueError(f"schedule {self.name!r} has {len(self.stages)} stages of steps "
+                             f"for {p} stages of placement")
+        phases = PHASES if self.split_backward else PHASES[:2]
+        want = sorted((mb, c, ph) for mb in range(self.micro_batches) for c in range(v)
+                      for ph in phases)
+        for s, steps in enumerate(self.stages):
+            seen = [(st.microbatch, st.chunk, st.phase) for st in steps]
+            if any(st.stage != s for st in steps) or sorted(seen) != want:
+                raise ValueError(f"schedule {self.name!r}: stage {s} must run each of "
+                                 f"{''.join(phases)} once per microbatch and chunk")
+            done: set[tuple[int, int, str]] = set()
+            for mb, c, ph in seen:
+                before = PHASES[PHASES.index(ph) - 1] if ph != "F" else None
+                if before is not None and (mb, c, before) not in done:
+                    raise ValueError(f"schedule {self.name!r}: stage {s} runs {ph} of "
+                                     f"microbatch {mb} chunk {c} before its {before}")
+                done.add((mb, c, ph))
+
+    @classmethod
+    def from_steps(cls, name: str, stages: Sequence[Sequence[Step]],
+                   micro_batches: int | None = None) -> Schedule:
+        """A looping-placement schedule of ``stages`` (chunks and microbatches as used)."""
+        v = 1 + max((st.chunk for steps in stages for st in steps), default=0)
+        m = micro_batches if micro_batches is not None else 1 + max(
+            (st.microbatch for steps in stages for st in steps), default=0)
+        return cls(name, tuple(tuple(steps) for steps in stages), looping(len(stages), v), m)
+
+    # ---- shape -----------------------------------------------------------------------
+    @property
+    def pp(self) -> int:
+        return len(self.placement)
+
+    @property
+    def vpp(self) -> int:
+        return len(self.placement[0])
+
+    @cached_property
+    def split_backward(self) -> bool:
+        """Whether backward runs as B (input gradients) then W (weight gradients)."""
+        return any(st.phase == "W" for steps in self.stages for st in steps)
+
+    @property
+    def last_backward(self) -> Phase:
+        """The phase after which a chunk's gradients of a microbatch are all produced."""
+        return "W" if self.split_backward else "B"
+
+    # ---- where data goes -------------------------------------------------------------
+    @cached_property
+    def _where(self) -> dict[int, tuple[int, int]]:
+        return {k: (s, c) for s, row in enumerate(self.placement) for c, k in enumerate(row)}
+
+    def needs_input(self, step: Step) -> bool:
+        """Whether ``step`` waits for another step's output: a forward for the previous
+        model chunk's activations, a backward for the next one's gradients."""
+        k = self.placement[step.stage][step.chunk]
+        if step.phase == "F":
+            return k != 0
+        return step.phase == "B" and k != self.pp * self.vpp - 1
+
+    def target(self, step: Step) -> tuple[int, int] | None:
+        """(stage, chunk) consuming ``step``'s output, None when nothing does (the last
+        model chunk's forward, the first one's backward, any W)."""
+        k = self.placement[step.stage][step.chunk]
+        if step.phase == "F" and k != self.pp * self.vpp - 1:
+            return self._where[k + 1]
+        if step.phase == "B" and k != 0:
+            return self._where[k - 1]
+        return None
+
+
+def peak_in_flight(steps: Sequence[Step]) -> int:
+    """Most chunk-microbatches whose forward ran and backward did not, over ``steps``; a
+    split backward holds the activations until its W (the weight gradients need the saved
+    inputs)."""
+    release = "W" if any(s.phase == "W" for s in steps) else "B"
+    live = peak = 0
+    for s in steps:
+        if s.phase == "F":
+            live += 1
+        elif s.phase == release:
+            live -= 1
+        peak = max(peak, live)
+    return peak

@@ -1,0 +1,152 @@
+"""The task templates of one pipeline step, from a stage's units (``shard.py``).
+
+Forward: each unit's kernels and collectives in order. Backward: the units in reverse,
+each unit's steps in reverse, every kernel replaced by its backward kernels
+(``backward_ops``) and every collective by its backward op; recompute adds the forward
+kernels again before they are needed: "full" recomputes every transformer layer's forward
+before its backward, "selective" only core attention (Korthikanti et al. 2022). A
+zero-bubble schedule splits the backward: B keeps recompute, collectives and the
+input-gradient kernels, W the weight-gradient kernels (``Op.grad``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from simtrain.parallel.context import ring_backward, ring_forward
+from simtrain.parallel.shard import Comm, Compute, Ring, Unit
+from simtrain.parallel.templates import (
+    Collective,
+    GradScatter,
+    Kernel,
+    ParamGather,
+    RingAttention,
+    Template,
+    TPOverlap,
+    unhandled,
+)
+from simtrain.workload.model import Op, backward_ops
+
+Duration = Callable[[Op], float]
+BackwardPart = Literal["all", "input", "weight"]
+
+
+def is_core_attention(op: Op) -> bool:
+    """Whether ``op`` belongs to core attention (recomputed under selective recompute)."""
+    return op.role == "core_attention"
+
+
+def kernel(op: Op, kind: str, expert: bool, layer: int, duration: Duration,
+           owns: bool = True) -> Kernel:
+    """The template of ``op``; ``owns``: its parameters' gradients are produced here."""
+    t = duration(op)
+    names = tuple(p.name for p in op.params)
+    # Positional: templates are built for every kernel of a stage (frozen, so not cheap).
+    if expert:
+        return Kernel(op.name, kind, 0.0, t, 0.0, op.flops, layer, names if owns else (),
+                      names if kind == "forward" else (), op.kind == "gemm")
+    return Kernel(op.name, kind, t, 0.0, op.flops, 0.0, layer, names if owns else (),
+                  names if kind == "forward" else (), op.kind == "gemm")
+
+
+def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template]:
+    """``unit``'s forward templates (``kind`` "recompute" for its recomputation)."""
+    out: list[Template] = []
+    for step in unit.steps:
+        match step:
+            case Compute():
+                out.append(kernel(step.op, kind, step.expert, unit.layer, duration, False))
+            case Comm():
+                if step.fwd:
+                    out.append(Collective(step.name, step.kind, step.fwd, step.group,
+                                          step.nbytes))
+            case Ring():
+                out.append(ring_forward(step, kind, unit.layer, cp, duration))
+            case _:
+                raise unhandled(step)
+    return out
+
+
+def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
+             part: BackwardPart = "all") -> list[Template]:
+    """``unit``'s backward templates, with what ``recompute`` recomputes before them.
+
+    ``part``: "all" (the whole backward), "input" (zero-bubble B: everything but the
+    weight-gradient kernels) or "weight" (zero-bubble W: only those).
+    """
+    out: list[Template] = []
+    if part == "weight":
+        for step in reversed(unit.steps):
+            if isinstance(step, Compute):
+                out += [kernel(bop, "backward", step.expert, unit.layer, duration)
+                        for bop in backward_ops(step.op) if bop.grad == "weight"]
+        return out
+    keep_weight = part == "all"
+    if recompute == "full" and unit.layer >= 0:
+        out += forward(unit, "recompute", cp, duration)
+    selective = recompute == "selective"
+    for step in reversed(unit.steps):
+        match step:
+            case Compute():
+                if selective and is_core_attention(step.op):
+                    out.append(kernel(step.op, "recompute", False, unit.layer, duration,
+                                      False))
+                for bop in backward_ops(step.op):
+                    if keep_weight or bop.grad != "weight":
+                        out.append(kernel(bop, "backward", step.expert, unit.layer, duration))
+            case Comm():
+                if step.bwd:
+                    out.append(Collective(step.name + ".bwd", step.kind, step.bwd,
+                                          step.group, step.nbytes))
+            case Ring():
+                if selective:
+                    out.append(ring_forward(step, "recompute", unit.layer, cp, duration))
+                out.append(ring_backward(step, unit.layer, cp, duration))
+            case _:
+                raise unhandled(step)
+    return out
+
+
+# ---- compute accounting ------------------------------------------------------------------
+
+
+def compute_seconds(templates: Sequence[Template]) -> float:
+    """Seconds of compute the templates charge on a rank of mean routed-token load
+    (expert load 1): kernels, ring attention blocks, the GEMM runs of TP overlaps."""
+    total = 0.0
+    for t in templates:
+        match t:
+            case Kernel():
+                total += t.base + t.expert
+            case RingAttention():
+                total += t.base * t.steps
+            case TPOverlap():
+                total += sum(k.base + k.expert for k in t.run)
+            case Collective() | ParamGather() | GradScatter():
+                pass
+            case _:
+                raise unhandled(t)
+    return total
+
+
+def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, recompute: str,
+                        op_time: Duration) -> list[list[tuple[float, float]]]:
+    """(forward, backward) seconds of compute per microbatch, per stage and model chunk.
+
+    The sum of the lowering's own templates (``forward``, ``backward`` with ``recompute``)
+    of ``units[stage][chunk]``: what the lowering charges on a rank's compute stream, at any
+    granularity, with or without TP overlap or FSDP (they rearrange the same kernels),
+    without communication, launch waits or the optimizer; expert kernels at mean load.
+    """
+    cache: dict[tuple[object, ...], float] = {}
+
+    def duration(op: Op) -> float:
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
+        if key not in cache:
+            cache[key] = op_time(op)
+        return cache[key]
+
+    return [[(sum(compute_seconds(forward(u, "forward", cp, duration)) for u in chunk),
+              sum(compute_seconds(backward(u, recompute, cp, duration)) for u in chunk))
+             for chunk in chunks] for chunks in units]

@@ -1,0 +1,129 @@
+"""Tensor and sequence parallelism: Megatron's collectives, and TP communication overlap.
+
+TP and SP shape the layer (``shard.py``: column/row-parallel GEMMs, the f and g
+conjugate operators, SP's all-gather/reduce-scatter); their collectives are plain
+``Collective`` templates over the "tp" group. This module adds Megatron-Core's
+``--tp-comm-overlap`` (Transformer Engine userbuffers; needs SP): each TP all-gather is
+pipelined with the GEMM run that consumes it, and each TP reduce-scatter with the GEMM run
+that produces it, in n = tp chunks (ring exchange). The chunked pipeline's makespan is
+c/n + (n-1)·max(c/n, g/n) + g/n (c: comm time, g: GEMM time); it is modelled exactly by
+two pieces per side: all-gather -> AG_first (1/n of the bytes), AG_rest ((n-1)/n, after
+AG_first), GEMM_main ((n-1)/n of the GEMM, after AG_first), GEMM_last (1/n, after
+GEMM_main and AG_rest); reduce-scatter -> GEMM_first (1/n), GEMM_rest ((n-1)/n), RS_main
+((n-1)/n of the bytes, after GEMM_first), RS_last (1/n, after RS_main and GEMM_rest). The
+GEMM run is the contiguous non-expert GEMM kernels of one layer and kind next to the
+collective (e.g. backward dgrad + wgrad); TP all-reduces (no SP) are not overlapped. Each
+piece pays the collective's launch latency, so latency-bound (small) TP collectives may get
+slower, not faster. At "stage" granularity the option degrades to no overlap (``fuse.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simtrain.parallel.emit import Emitter
+from simtrain.parallel.templates import Collective, Kernel, Template, TPOverlap
+
+
+def overlap_tp(templates: list[Template]) -> list[Template]:
+    """Turn each TP all-gather and the GEMM run after it, and each TP reduce-scatter and the
+    GEMM run before it, into one ``TPOverlap``.
+
+    A GEMM run is the contiguous non-expert GEMM kernels of one layer and kind (forward,
+    backward, recompute) next to the collective. A collective without such a run, and TP
+    all-reduces, are left as they are.
+    """
+
+    def joins(t: Template, ref: Template) -> bool:
+        return (isinstance(t, Kernel) and isinstance(ref, Kernel) and t.gemm and not t.expert
+                and t.kind == ref.kind and t.layer == ref.layer)
+
+    out: list[Template] = []
+    i = 0
+    while i < len(templates):
+        t = templates[i]
+        if isinstance(t, Collective) and t.group == "tp" and t.op == "all_gather":
+            j = i + 1
+            while j < len(templates) and joins(templates[j], templates[i + 1]):
+                j += 1
+            if j > i + 1:
+                out.append(_overlapped(t, templates[i + 1:j]))
+                i = j
+                continue
+        elif (isinstance(t, Collective) and t.group == "tp" and t.op == "reduce_scatter"
+              and out):
+            k = len(out)
+            while k > 0 and joins(out[k - 1], out[-1]):
+                k -= 1
+            if k < len(out):
+                run = out[k:]
+                del out[k:]
+                out.append(_overlapped(t, run))
+                i += 1
+                continue
+        out.append(t)
+        i += 1
+    return out
+
+
+def _overlapped(comm: Collective, run: list[Template]) -> TPOverlap:
+    kernels = tuple(k for k in run if isinstance(k, Kernel))
+    assert len(kernels) == len(run), "a GEMM run holds kernels only"
+    return TPOverlap(comm, kernels)
+
+
+def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any], *,
+                    gather: bool, grads: bool) -> None:
+    """A TP all-gather or reduce-scatter pipelined with its GEMM run in n = tp chunks, as two
+    pieces per side (module docstring): makespan c/n + (n-1)·max(c, g)/n + g/n."""
+    st, g = em.state, em.graph
+    c, run = t.comm, t.run
+    n = em.dims.tp
+    base = sum(p.base for p in run)
+    flops = sum(p.flops for p in run)
+    params = tuple(q for p in run for q in p.params)
+    reads = tuple(q for p in run for q in p.reads)
+    kind = run[0].kind
+    gname = run[0].name
+    if len(run) > 1:
+        gname += "+" + "+".join(p.name.rsplit(".", 1)[-1] for p in run[1:])
+    m = {**meta, "tp_overlap_chunks": n}
+    big, small = (n - 1) / n, 1 / n
+
+    def gemm(r: int, piece: str, frac: float, deps: list[int]) -> int:
+        return g.compute(r, f"{gname} ({piece}/{n})", base * frac, kind=kind, deps=deps,
+                         flops=flops * frac, meta=m)
+
+    for grp in em.groups(stage, c.group):
+        local = [r for r in grp if r in em.simulated]
+        deps = em.group_deps(grp)
+        waits = {r: em.param_waits(r, reads) if gather else [] for r in local}
+        if c.op == "all_gather":
+            fid = em.coll(c.op, grp, c.nbytes * small, f"{c.name} (1/{n})", kind=c.kind,
+                          stream=c.group, deps=deps, meta=m)
+            rest = em.coll(c.op, grp, c.nbytes * big, f"{c.name} (2-{n}/{n})", kind=c.kind,
+                           stream=c.group, deps=[fid], meta=m)
+            for r in local:
+                main = gemm(r, f"1-{n - 1}", big, [fid, *waits[r]])
+                last = gemm(r, f"{n}", small, [main, rest])
+                st.frontier[r] = [last]
+                if grads:
+                    for p in params:
+                        st.grad_ready[(r, p)] = last
+        else:
+            assert c.op == "reduce_scatter", f"no TP overlap for {c.op}"
+            firsts, rests = {}, {}
+            for r in local:
+                firsts[r] = gemm(r, "1", small, [*em.dep(r), *waits[r]])
+                rests[r] = gemm(r, f"2-{n}", big, [firsts[r]])
+                if grads:
+                    for p in params:
+                        st.grad_ready[(r, p)] = rests[r]
+            rs_main = em.coll(c.op, grp, c.nbytes * big, f"{c.name} (1-{n - 1}/{n})",
+                              kind=c.kind, stream=c.group, deps=sorted(firsts.values()),
+                              meta=m)
+            rs_last = em.coll(c.op, grp, c.nbytes * small, f"{c.name} ({n}/{n})",
+                              kind=c.kind, stream=c.group,
+                              deps=sorted({rs_main, *rests.values()}), meta=m)
+            for r in grp:
+                st.frontier[r] = [rs_last]

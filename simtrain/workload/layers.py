@@ -1,0 +1,255 @@
+"""The transformer, built in one place: each layer as a program of kernels and the sites
+where a parallel plan puts its collectives, for one rank's shard.
+
+``lower_model`` (no parallelism) keeps the kernels; ``simtrain.parallel.shard`` turns the
+sites into collectives. The shard's degrees shape the kernels (Megatron's column/row split,
+Shoeybi et al. 2019; SP, Korthikanti et al. 2022; CP; EP):
+
+- TP: QKV and fc1 split their output features, proj and fc2 their input features; heads
+  and KV heads split t ways (fewer KV heads than t are replicated, one per rank). A
+  ``Site`` "f" stands before each column-parallel GEMM and "g" after each row-parallel
+  one (Megatron's conjugate operators), each of b·s·h elements;
+- SP: norms, dropout and residuals run on s/t tokens;
+- CP: every rank holds s/cp tokens; core attention becomes a ``ContextAttention`` (fused
+  blocks over all s keys, whatever the model's kernel) holding the rank's K,V block;
+- EP: a router GEMM, "dispatch" and "combine" sites around this rank's E/ep experts
+  (grouped GEMMs over the k·m routed tokens).
+
+Saved activations (dt bytes each unless noted): norms save their input (+ fp32 stats),
+each GEMM its input, attention q, k, v (+ fp32 logsumexp; no s² matrix with flash), the
+activation its input. For a GPT layer this is 32·s·b·h + stats: Korthikanti et al. 2022's
+34·s·b·h without the two dropout masks and without the 5·a·s²·b attention matrices. The
+attention output is the proj GEMM's saved input and is counted there only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+from simtrain.workload.ops import (
+    ACT_FLOPS,
+    ADD_FLOPS,
+    FP32,
+    IDS,
+    LOSS_FLOPS,
+    ROPE_FLOPS,
+    SOFTMAX_FLOPS,
+    Op,
+    Param,
+    elementwise,
+    flash_attention,
+    gemm,
+    norm,
+)
+
+if TYPE_CHECKING:  # the builders only read the config (model.py imports this module)
+    from simtrain.workload.model import ModelConfig
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Degrees that shape one rank's kernels."""
+
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    pp: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where a split layer communicates: Megatron's "f" (before a column-parallel GEMM) and
+    "g" (after a row-parallel one), MoE's "dispatch" and "combine"; ``nbytes`` per rank."""
+
+    name: str
+    kind: Literal["f", "g", "dispatch", "combine"]
+    nbytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class ContextAttention:
+    """A CP rank's core attention over all keys, and the K,V block of ``kv_bytes`` it holds
+    (ring attention passes it on; the all-gather variant, named ``gather_name``, gathers)."""
+
+    gather_name: str
+    core: Op
+    kv_bytes: float
+
+
+Item = Op | Site | ContextAttention
+
+
+@dataclass(frozen=True)
+class LayerProgram:
+    """A named layer ("embedding", "layers.i", "final_norm", "lm_head") in forward order;
+    ``layer`` is the transformer layer index, -1 for the others."""
+
+    name: str
+    items: tuple[Item, ...]
+    layer: int = -1
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(i for i in self.items if isinstance(i, Op))
+
+
+def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
+    """KV heads a TP rank holds: kv/t, or 1 (replicated) when kv < t and t % kv == 0."""
+    if kv_heads >= tp:
+        return kv_heads // tp
+    return 1
+
+
+def padded_vocab(cfg: ModelConfig, tp: int) -> int:
+    """Vocabulary padded to a multiple of tp (Megatron pads to 128·tp; at tp = 1 unpadded)."""
+    return -(-cfg.vocab_size // tp) * tp
+
+
+def _norm(name: str, cfg: ModelConfig, m: int, dt: int) -> Op:
+    return norm(name, cfg.hidden_size, cfg.norm == "layernorm", m, dt)
+
+
+def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int, q: int,
+                  kv: int, dt: int) -> list[Op]:
+    """Core attention of ``heads`` heads: ``sq`` queries of ``b`` sequences over ``sk`` keys.
+
+    q and kv are the query and key/value widths (heads · head_dim). Flash: one fused
+    kernel (``flash_attention``). Standard (Megatron 2020): scores = QKᵀ as one batched
+    GEMM (b·heads·sq, sk, d), fused scale-mask-softmax over the E = b·heads·sq·sk scores
+    (read and write, output saved), dropout (writes a 1-byte mask) when the model has
+    dropout, context = PV as a batched GEMM (b·heads·sq, d, sk): the same 4·b·sq·sk·q
+    FLOPs, plus ~4·E·dt bytes of traffic. Every kernel has the "core_attention" role.
+    """
+    if cfg.attention_kernel == "flash":
+        return [flash_attention(f"{p}.attn.core", b, heads, sq, sk, q, kv, dt)]
+    m, d = b * sq, q // heads
+    rows, e = b * heads * sq, b * heads * sq * sk
+    core: Literal["core_attention"] = "core_attention"
+    # Batched GEMMs read Q (K, V) per head: K and V are shared by q/kv query heads (GQA).
+    ops = [Op(f"{p}.attn.scores", "gemm", 2.0 * rows * sk * d,
+              float(dt * (m * q + b * sk * kv + e)), (rows, sk, d), (),
+              float(dt * m * (q + kv)), role=core),
+           Op(f"{p}.attn.softmax", "softmax", SOFTMAX_FLOPS * e, float(2 * dt * e), None, (),
+              float(dt * e), role=core)]
+    if cfg.dropout_masks:  # reads and writes the scores, writes (and saves) a byte mask
+        ops.append(Op(f"{p}.attn.dropout", "elementwise", ADD_FLOPS * e,
+                      float(2 * dt * e + e), None, (), float(e), role=core))
+    ops.append(Op(f"{p}.attn.context", "gemm", 2.0 * rows * d * sk,
+                  float(dt * (e + b * sk * kv + m * q)), (rows, d, sk), (),
+                  float(dt * (e + b * sk * kv)), role=core))
+    return ops
+
+
+def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
+            tp: int) -> tuple[Op, list[Op]]:
+    """The router GEMM (m, E, h) and ``local_experts`` experts' MLP as grouped kernels.
+
+    Each of m tokens goes to k experts, so the local experts see k·m tokens on average
+    when they are spread over E/local_experts ranks (or all E live here): the grouped GEMMs
+    have m' = k·m rows, expert width f_e/tp, and own the weights of every local expert
+    (expert parameters); the three kernels have the "expert" role.
+    """
+    h, k = cfg.hidden_size, cfg.experts_per_token
+    fe = cfg.expert_ffn_size // tp
+    fc1_out = (2 if cfg.activation == "swiglu" else 1) * fe
+    tokens = k * m
+
+    def grouped(op: Op) -> Op:
+        params = tuple(Param(q.name.replace(".mlp.", ".mlp.experts."), q.numel * local_experts,
+                             expert=True) for q in op.params)
+        extra = dt * (local_experts - 1) * sum(q.numel for q in op.params)
+        return Op(op.name, op.kind, op.flops, op.bytes + extra, op.gemm_shape, params,
+                  op.activation_bytes, role="expert")
+
+    act = replace(elementwise(f"{p}.mlp.act", tokens * fc1_out, tokens * fe, ACT_FLOPS, dt,
+                              dt * tokens * fc1_out), role="expert")
+    router = gemm(f"{p}.mlp.router", m, cfg.num_experts, h, dt, False, dt * m * h)
+    experts = [grouped(gemm(f"{p}.mlp.fc1", tokens, fc1_out, h, dt, cfg.bias, dt * tokens * h)),
+               act,
+               grouped(gemm(f"{p}.mlp.fc2", tokens, h, fe, dt, cfg.bias, dt * tokens * fe))]
+    return router, experts
+
+
+def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> LayerProgram:
+    """Transformer layer ``i`` (pre-norm) on one rank: b sequences, s/cp tokens each, 1/t of
+    the heads."""
+    t, h = shard.tp, cfg.hidden_size
+    sl = s // shard.cp
+    m = b * sl
+    mn = m // t if shard.sp else m  # tokens of norms and residuals
+    d = cfg.head_dim
+    al = cfg.num_heads // t
+    kvl = kv_heads_per_rank(cfg.kv_heads, t) * d
+    hl = al * d
+    act = float(dt * m * h)
+    p = f"layers.{i}"
+    items: list[Item] = [_norm(f"{p}.input_norm", cfg, mn, dt), Site(f"{p}.attn.f", "f", act),
+                         gemm(f"{p}.attn.qkv", m, hl + 2 * kvl, h, dt, cfg.bias, dt * m * h)]
+    if cfg.position_embedding == "rope":
+        items.append(elementwise(f"{p}.attn.rope", m * (hl + kvl), m * (hl + kvl), ROPE_FLOPS,
+                                 dt))
+    if shard.cp > 1:  # context parallelism runs fused (flash) blocks whatever the kernel
+        core = flash_attention(f"{p}.attn.core", b, al, sl, s, hl, kvl, dt)
+        items.append(ContextAttention(f"{p}.attn.kv_allgather", core,
+                                      float(dt * m * 2 * kvl)))
+    else:
+        items += attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt)
+    items += [gemm(f"{p}.attn.proj", m, h, hl, dt, cfg.bias, dt * m * hl),
+              Site(f"{p}.attn.g", "g", act),
+              elementwise(f"{p}.attn.residual", 2 * mn * h, mn * h, ADD_FLOPS, dt),
+              _norm(f"{p}.post_attn_norm", cfg, mn, dt), Site(f"{p}.mlp.f", "f", act)]
+    if cfg.is_moe:
+        router, experts = moe_ops(cfg, p, m, dt, cfg.num_experts // shard.ep, t)
+        # Each rank sends its m tokens' k copies: k·m·h elements (nccl-tests size).
+        moved = float(dt * cfg.experts_per_token * m * h)
+        items += [router, Site(f"{p}.mlp.dispatch", "dispatch", moved), *experts,
+                  Site(f"{p}.mlp.combine", "combine", moved)]
+    else:
+        fl = cfg.ffn_size // t
+        fc1 = (2 if cfg.activation == "swiglu" else 1) * fl  # swiglu fuses gate and up
+        items += [gemm(f"{p}.mlp.fc1", m, fc1, h, dt, cfg.bias, dt * m * h),
+                  elementwise(f"{p}.mlp.act", m * fc1, m * fl, ACT_FLOPS, dt, dt * m * fc1),
+                  gemm(f"{p}.mlp.fc2", m, h, fl, dt, cfg.bias, dt * m * fl)]
+    items += [Site(f"{p}.mlp.g", "g", act),
+              elementwise(f"{p}.mlp.residual", 2 * mn * h, mn * h, ADD_FLOPS, dt)]
+    return LayerProgram(p, tuple(items), layer=i)
+
+
+def embedding(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> LayerProgram:
+    """Vocab-parallel word lookup (V/t rows per rank; a gather of m rows) then, for learned
+    positions (replicated), a position add; the partial embeddings meet at a "g" site."""
+    h, t = cfg.hidden_size, shard.tp
+    m = b * (s // shard.cp)
+    rows = padded_vocab(cfg, t) // t
+    items: list[Item] = [Op("embedding.word", "embedding", 0.0,
+                            float(IDS * m + 2 * dt * m * h), None,
+                            (Param("embedding.word.weight", rows * h),), float(IDS * m))]
+    if cfg.position_embedding == "learned":
+        items.append(Op("embedding.position", "embedding", ADD_FLOPS * m * h,
+                        float(dt * (s * h + 2 * m * h)), None,
+                        (Param("embedding.position.weight", cfg.max_seq_len * h),), 0.0))
+    items.append(Site("embedding.g", "g", float(dt * m * h)))
+    return LayerProgram("embedding", tuple(items))
+
+
+def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> list[LayerProgram]:
+    """Final norm, then the vocab-parallel LM head GEMM (V/t per rank) and the fp32
+    softmax cross-entropy (reads the logits, writes and saves the fp32 softmax).
+
+    Tied embeddings share the word embedding's weight when it lives on the same rank
+    (pp = 1); with pp > 1 the last stage holds its own copy, as Megatron does.
+    """
+    h, t = cfg.hidden_size, shard.tp
+    v = padded_vocab(cfg, t) // t
+    m = b * (s // shard.cp)
+    mn = m // t if shard.sp else m
+    logits = gemm("lm_head", m, v, h, dt, False, dt * m * h)
+    if cfg.tied_embeddings and shard.pp == 1:
+        logits = Op(logits.name, logits.kind, logits.flops, logits.bytes, logits.gemm_shape,
+                    (), logits.activation_bytes)
+    loss = Op("lm_head.loss", "loss", LOSS_FLOPS * m * v,
+              float((dt + FP32) * m * v + IDS * m), None, (), float(FP32 * m * v + IDS * m))
+    return [LayerProgram("final_norm", (_norm("final_norm", cfg, mn, dt),)),
+            LayerProgram("lm_head", (Site("lm_head.f", "f", float(dt * m * h)), logits, loss))]

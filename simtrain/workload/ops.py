@@ -1,0 +1,131 @@
+"""Kernels as data: ``Op`` (one forward kernel of one microbatch), ``Param``, and the public
+constructors of the kernels every layer is built from, plus ``backward_ops``.
+
+FLOP conventions (see shared/reference/README.md):
+- a GEMM (m, n, k) costs 2·m·n·k; bias adds in the epilogue are not counted;
+- memory-bound ops (norm, residual, activation, rope, loss) carry small nominal FLOP counts
+  (per element, below); they are informative only, their time comes from bytes, and the
+  MFU formula ``model_flops_per_step`` does not count them.
+
+Roles are fields, never parts of a name: ``Param.expert`` (an expert's weight, reduced over
+the expert-data-parallel group), ``Op.role`` ("expert": runs on the tokens routed to this
+rank; "core_attention": what selective recompute recomputes) and ``Op.grad`` (a backward
+kernel's part: "input" or "weight" gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+OP_KINDS = ("gemm", "attention", "elementwise", "norm", "softmax", "embedding", "loss")
+GradPart = Literal["input", "weight"]
+OpRole = Literal["expert", "core_attention"]
+FP32 = 4  # norm statistics, attention logsumexp and the loss softmax are kept in fp32
+IDS = 8  # token ids are int64, as in PyTorch
+# Nominal FLOPs per element of memory-bound ops (informative; time comes from bytes).
+NORM_FLOPS, ADD_FLOPS, ACT_FLOPS, ROPE_FLOPS, LOSS_FLOPS = 5.0, 1.0, 8.0, 3.0, 5.0
+SOFTMAX_FLOPS = 5.0  # scale, mask, max, exp, normalise per score
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A parameter tensor: its name (PyTorch style), element count, and whether it belongs
+    to an MoE expert."""
+
+    name: str
+    numel: int
+    expert: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel of the forward pass for one microbatch.
+
+    ``gemm_shape`` is (m, n, k): m tokens (rows), n output features, k input features.
+    ``params`` are owned by this op: their gradients are ready when its backward ends.
+    ``grad`` marks a backward kernel (``backward_ops``): "input" if it computes the
+    gradient the previous layer waits for (zero-bubble schedules' B), "weight" if it only
+    computes parameter gradients (their W, which may be deferred); None for a forward op.
+    ``role``: "expert" (an MoE expert kernel: its time scales with the routed tokens),
+    "core_attention" (softmax(QKᵀ)V, recomputed under selective recompute) or None.
+    """
+
+    name: str
+    kind: str
+    flops: float
+    bytes: float
+    gemm_shape: tuple[int, int, int] | None
+    params: tuple[Param, ...]
+    activation_bytes: float
+    grad: GradPart | None = None
+    role: OpRole | None = None
+
+
+def gemm(name: str, m: int, n: int, k: int, dt: int, bias: bool, save: float) -> Op:
+    """Y[m,n] = X[m,k]·Wᵀ: 2·m·n·k FLOPs; reads X and W (and bias), writes Y, once each."""
+    params = (Param(f"{name}.weight", n * k),) + ((Param(f"{name}.bias", n),) if bias else ())
+    nbytes = dt * (m * k + n * k + m * n + (n if bias else 0))
+    return Op(name, "gemm", 2.0 * m * n * k, float(nbytes), (m, n, k), params, float(save))
+
+
+def norm(name: str, h: int, layernorm: bool, m: int, dt: int) -> Op:
+    """Norm of m rows over h: reads x and the weight(s), writes y; saves x and fp32 row
+    statistics (mean and rstd for layernorm, rstd for rmsnorm)."""
+    params = (Param(f"{name}.weight", h),) + ((Param(f"{name}.bias", h),) if layernorm else ())
+    stats = (2 if layernorm else 1) * FP32 * m
+    nbytes = dt * (2 * m * h + len(params) * h) + stats
+    return Op(name, "norm", NORM_FLOPS * m * h, float(nbytes), None, params,
+              float(dt * m * h + stats))
+
+
+def elementwise(name: str, reads: int, writes: int, flops_per: float, dt: int,
+                save: float = 0.0) -> Op:
+    """A memory-bound elementwise kernel reading ``reads`` and writing ``writes`` elements."""
+    return Op(name, "elementwise", flops_per * writes, float(dt * (reads + writes)), None, (),
+              float(save))
+
+
+def flash_attention(name: str, b: int, heads: int, sq: int, sk: int, q: int, kv: int,
+                    dt: int) -> Op:
+    """Fused (flash) core attention: 4·b·sq·sk·q FLOPs (non-causal convention) reading q,
+    k, v, writing o and the fp32 logsumexp; saves q, k, v and the logsumexp."""
+    m, lse = b * sq, FP32 * b * heads * sq
+    return Op(name, "attention", 4.0 * b * sq * sk * q, float(dt * m * (2 * q + 2 * kv) + lse),
+              None, (), float(dt * m * (q + 2 * kv) + lse), role="core_attention")
+
+
+def backward_ops(op: Op) -> tuple[Op, ...]:
+    """The backward kernels of forward ``op``, in execution order (its role kept).
+
+    - gemm (m, n, k): dgrad dX = dY·W with shape (m, k, n) then wgrad dW = dYᵀ·X with shape
+      (n, k, m) (the weight's [out, in] layout, reducing over tokens); each costs the forward's
+      2·m·n·k FLOPs and touches the same three matrices. wgrad owns the params. dgrad is
+      the input gradient, wgrad the weight gradient (``Op.grad``).
+    - attention: one fused kernel, 2.5× forward FLOPs: FlashAttention-2 backward runs 5
+      matmuls (QKᵀ recomputed, dV, dP, dQ, dK) against 2 forward (Dao 2023, Sec. 3.1);
+      bytes 2× (reads q, k, v, o, dO; writes dq, dk, dv).
+    - embedding: scatter-add of dY into weight rows: 1.5× forward bytes (dY read plus a
+      read-modify-write of rows, against row read plus output write forward).
+    - other memory-bound ops: 2× forward FLOPs and bytes (read y or x and dY, write dX).
+    Every kernel but wgrad and the embedding's is an input-gradient kernel (``Op.grad``).
+    """
+    r = op.role
+    if op.kind == "gemm":
+        if op.gemm_shape is None:
+            raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
+        m, n, k = op.gemm_shape
+        return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0,
+                   "input", r),
+                Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0,
+                   "weight", r))
+    if op.kind == "attention":
+        return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
+                   op.params, 0.0, "input", r),)
+    if op.kind == "embedding":  # token ids have no gradient: only the weight's
+        return (Op(f"{op.name}.bwd", "embedding", op.flops, 1.5 * op.bytes, None, op.params,
+                   0.0, "weight", r),)
+    if op.kind in OP_KINDS:  # norms compute their weight gradients in the same kernel
+        return (Op(f"{op.name}.bwd", op.kind, 2.0 * op.flops, 2.0 * op.bytes, None, op.params,
+                   0.0, "input", r),)
+    raise ValueError(f"op {op.name!r} has unknown kind {op.kind!r}; use one of {OP_KINDS}")
