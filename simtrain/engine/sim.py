@@ -21,10 +21,24 @@ from simtrain.comm.model import CommModel, Lowered
 from simtrain.engine.network import Fabric, FlowNetwork, couple
 from simtrain.engine.taskgraph import Task, TaskGraph
 from simtrain.engine.timeline import FlowRecord, Span, Timeline
+from simtrain.engine.waits import diagnose
 
 
 class SimulationDeadlock(RuntimeError):
-    """The simulation ended with tasks that can never run; the message says who waits for whom."""
+    """The simulation ended with tasks that can never run; the message says who waits for whom.
+
+    ``timeline`` holds the spans that ran before the hang, ``blocked`` each blocked rank's
+    wait (rank -> (since when, what it waits in)) and ``at`` the time the step stalled, so
+    a report can still show the step up to the hang.
+    """
+
+    def __init__(self, message: str, *, timeline: Timeline | None = None,
+                 blocked: Mapping[int, tuple[float, str]] | None = None,
+                 at: float = 0.0) -> None:
+        super().__init__(message)
+        self.timeline = timeline
+        self.blocked = dict(blocked or {})
+        self.at = at
 
 
 class Executor:
@@ -72,6 +86,8 @@ class Executor:
         self._group_deps: dict[int, dict[int, list[int]]] = {}
         self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.position: dict[tuple[int, str], Task | None] = {}
+        self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
+        self.blocked: dict[int, tuple[float, str]] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks)
 
     def run(self) -> Timeline:
@@ -81,32 +97,43 @@ class Executor:
         self.env.run()
         stuck = [t for t, ev in zip(self.graph.tasks, self.done, strict=True) if not ev.triggered]
         if stuck:
-            raise SimulationDeadlock(self._diagnose())
+            raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
+                                     blocked=self.blocked, at=self.env.now)
         # SimPy numbers every scheduled event from one counter; reading it once here keeps
         # the count off the per-event path.
         self.timeline.events = next(self.env._eid)
         return self.timeline
 
     def _relevant_deps(self, task: Task, rank: int) -> list[simpy.Event]:
-        """Dependencies ``rank`` must see before it can reach ``task``.
+        """Dependencies ``rank`` must see before it can reach ``task`` (not yet done)."""
+        done = self.done
+        return [done[d] for d in self._dep_ids(task, rank) if not done[d].triggered]
+
+    def _dep_ids(self, task: Task, rank: int) -> Sequence[int]:
+        """Ids of the dependencies ``rank`` waits for before it reaches ``task``.
 
         For a group task, a rank waits only for dependencies it takes part in; the others
-        are waited for by their own ranks before they arrive at the rendezvous. The split
-        is computed once per group task (its deps can be many: one per member rank).
+        are waited for by their own ranks before they arrive at the rendezvous. A
+        dependency on a task none of the members takes part in (a compute on a rank outside
+        the group) is waited for by every member, so the collective cannot start before
+        it; one on mirrored (virtual) ranks only never runs and is mirrored instead. The
+        split is computed once per group task (its deps can be many: one per member).
         """
         if len(task.ranks) == 1:
-            deps: Sequence[int] = task.deps
-        else:
-            per_rank = self._group_deps.get(task.id)
-            if per_rank is None:
-                per_rank = self._group_deps[task.id] = {}
-                members = set(task.ranks)
-                for dep in task.deps:
-                    for member in members.intersection(self.graph.tasks[dep].ranks):
-                        per_rank.setdefault(member, []).append(dep)
-            deps = per_rank.get(rank, ())
-        done = self.done
-        return [done[d] for d in deps if not done[d].triggered]
+            return task.deps
+        per_rank = self._group_deps.get(task.id)
+        if per_rank is None:
+            per_rank = self._group_deps[task.id] = {}
+            members = set(task.ranks)
+            virtual = self.graph.virtual
+            for dep in task.deps:
+                dep_ranks = self.graph.tasks[dep].ranks
+                inside = members.intersection(dep_ranks)
+                if not inside and not all(r in virtual for r in dep_ranks):
+                    inside = members
+                for member in inside:
+                    per_rank.setdefault(member, []).append(dep)
+        return per_rank.get(rank, ())
 
     def _stream(self, rank: int, stream: str, tasks: list[Task]) -> Generator[Any, Any, None]:
         env = self.env
@@ -122,6 +149,7 @@ class Executor:
             elif pending:
                 yield env.all_of(pending)
             if hang_at is not None and env.now >= hang_at:
+                self.stopped[(rank, stream)] = env.now
                 return  # a hung process issues nothing more, as with a dead NCCL rank
             if task.comm is None:
                 start = env.now
@@ -249,33 +277,11 @@ class Executor:
                 for (path, nbytes), end in zip(routes, finish, strict=True) if path
             )
 
-    def _stuck_at(self, rank: int) -> str:
-        where = [
-            f"{stream}:{task.name}" for (r, stream), task in sorted(self.position.items())
-            if r == rank and task is not None and not self.done[task.id].triggered
-        ]
-        return ", ".join(where) or "nothing: it stopped issuing work"
-
     def _diagnose(self) -> str:
-        """Name the first blocked collective, the ranks waiting in it and the ranks missing."""
-        head = f"simulation deadlocked at t={self.env.now:.6g}s: "
-        blocked = [
-            (key, task) for key, task in sorted(self.position.items())
-            if task is not None and not self.done[task.id].triggered
-        ]
-        for (_rank, stream), task in blocked:
-            if task.comm is None or task.id not in self.arrivals:
-                continue
-            arrived = self.arrivals[task.id]
-            missing = "; ".join(
-                f"rank {r} (stuck at {self._stuck_at(r)})" for r in task.ranks if r not in arrived
-            )
-            return (
-                f"{head}{task.comm.op} {task.name!r} on stream {stream!r}: ranks "
-                f"{sorted(arrived)} wait since t={min(arrived.values()):.6g}s for {missing}"
-            )
-        cycle = "; ".join(f"rank {r} {s}: {t.name!r}" for (r, s), t in blocked[:8])
-        return f"{head}tasks wait on each other in a cycle: {cycle}"
+        """Name the ranks that stopped issuing work first, then the chain of waits behind."""
+        diagnosis = diagnose(self)
+        self.blocked = diagnosis.blocked
+        return diagnosis.message
 
 
 def execute(

@@ -53,9 +53,13 @@ def test_hang_is_diagnosed_not_silent(star_fabric):
     with pytest.raises(SimulationDeadlock) as err:
         execute(g, star_fabric(3, 1e9, 0.0), hangs={2: 0.5})
     msg = str(err.value)
-    assert "all_reduce 'grads'" in msg
-    assert "ranks [0, 1] wait since t=1s" in msg
-    assert "rank 2" in msg
+    # the hung rank first, then who waits for it and where
+    assert msg.index("rank 2 stopped issuing work") < msg.index("rank 0")
+    assert "hung from t=0.5s" in msg
+    assert "2 ranks wait on it" in msg
+    assert "rank 0 waits since t=1s in all_reduce 'grads'" in msg
+    assert err.value.blocked[2][1].startswith("stopped")
+    assert err.value.blocked[0][0] == pytest.approx(1.0)  # idle since its compute ended
 
 
 def test_without_the_hang_the_same_graph_completes(star_fabric):

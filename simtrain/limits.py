@@ -1,0 +1,82 @@
+"""Size limits checked before anything is built, so an absurd scenario fails in milliseconds.
+
+A typo such as ``nodes: 1e12`` or ``num_layers: 1000000000`` would otherwise build a
+topology or a task graph until memory runs out (3-6 GB before failing, issue 20). Each
+limit sits well above the largest published configuration, so no real scenario meets it:
+
+| limit | value | largest real case |
+| --- | --- | --- |
+| GPUs in the cluster | 131,072 | ~100k-GPU clusters (2024); the bundled 16,384-GPU run |
+| GPUs per node | 1,024 | 72 in an NVL72 rack |
+| layers | 2,048 | 126 (Llama 3 405B), 96 (GPT-3 175B) |
+| hidden / FFN width | 1,048,576 | 53,248 (Llama 3 405B FFN) |
+| vocabulary | 16,777,216 | 256,000 (Gemma) |
+| sequence length | 16,777,216 tokens | 1M-10M token context research runs |
+| experts | 4,096 | 256 (DeepSeek-V3), 2,048 (Switch-C) |
+| microbatches per step | 65,536 | 96 (GPT-3 175B on 1,024 A100s) |
+| tasks in the graph | 2,000,000 | 1.18M (the 16,384-GPU Llama 3 run at explicit fidelity) |
+
+The task limit bounds memory: the graph costs about 600 bytes per task while it is built
+(1 GB for 1.6M tasks, measured Dec 2026) and about 1.1 KB per task once simulated, so a
+graph that hits it fails at about 1.3 GB. The numbers of the other rows only scale work:
+they are caught before the cluster or the model is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simtrain.scenario import Scenario
+
+MAX_GPUS = 131_072
+MAX_GPUS_PER_NODE = 1_024
+MAX_LAYERS = 2_048
+MAX_WIDTH = 2**20
+MAX_VOCAB = 2**24
+MAX_SEQ_LEN = 2**24
+MAX_EXPERTS = 4_096
+MAX_MICRO_BATCHES = 65_536
+MAX_TASKS = 2_000_000
+# A straggler computing 1000x slower is as good as hung: model it with sim.hangs.
+MAX_SLOWDOWN = 1_000.0
+
+
+def size_problems(scenario: Scenario) -> list[tuple[str, str]]:
+    """(dotted field, message) for every size beyond its limit, before anything is built."""
+    problems: list[tuple[str, str]] = []
+
+    def over(field: str, value: float | None, limit: float, what: str) -> None:
+        if value is not None and value > limit:
+            problems.append((field, f"{value:,} {what} is beyond the {limit:,} simtrain "
+                             f"accepts (1..{limit:,}; see simtrain/limits.py)"))
+
+    cluster, model, train = scenario.cluster, scenario.model, scenario.training
+    if cluster.custom is None:
+        over("cluster.gpus_per_node", cluster.gpus_per_node, MAX_GPUS_PER_NODE, "GPUs per node")
+        over("cluster.nodes", cluster.nodes, MAX_GPUS, "nodes")
+        if not problems:
+            over("cluster.nodes", cluster.nodes * cluster.gpus_per_node, MAX_GPUS,
+                 f"GPUs ({cluster.nodes:,} nodes x {cluster.gpus_per_node})")
+        for name in ("nics_per_node", "pcie_switches_per_node", "nodes_per_leaf"):
+            limit = MAX_GPUS if name == "nodes_per_leaf" else MAX_GPUS_PER_NODE
+            over(f"cluster.{name}", getattr(cluster, name), limit, name.replace("_", " "))
+    over("model.num_layers", model.num_layers, MAX_LAYERS, "layers")
+    for name in ("hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_heads",
+                 "num_kv_heads"):
+        over(f"model.{name}", getattr(model, name), MAX_WIDTH, name.replace("_", " "))
+    over("model.vocab_size", model.vocab_size, MAX_VOCAB, "vocabulary entries")
+    over("model.max_seq_len", model.max_seq_len, MAX_SEQ_LEN, "tokens")
+    over("training.seq_len", train.seq_len, MAX_SEQ_LEN, "tokens")
+    over("model.num_experts", model.num_experts, MAX_EXPERTS, "experts")
+    over("model.experts_per_token", model.experts_per_token, MAX_EXPERTS, "experts per token")
+    over("training.global_batch_size", train.global_batch_size // train.micro_batch_size,
+         MAX_MICRO_BATCHES, f"microbatches (global_batch_size {train.global_batch_size:,} "
+         f"/ micro_batch_size {train.micro_batch_size:,})")
+    ep = scenario.parallelism.ep
+    if model.num_experts and ep > 1 and model.routing_imbalance > ep - 1:
+        problems.append(("model.routing_imbalance", (
+            f"{model.routing_imbalance:g} would give the busiest of {ep} expert-parallel "
+            f"ranks {1 + model.routing_imbalance:g}x the mean load, more than all tokens; "
+            f"accepted: 0..{ep - 1} (ep - 1)")))
+    return problems
