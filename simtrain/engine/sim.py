@@ -11,6 +11,7 @@ never as a silent end.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,9 @@ class Executor:
         if interference < 0:
             raise ValueError(f"interference must be >= 0 (a fractional slowdown), got "
                              f"{interference}")
+        _check_times(hangs=hangs, delays=delays, slowdowns=slowdowns,
+                     collective_latency={0: collective_latency or 0.0},
+                     interference={0: interference})
         if graph.num_ranks > fabric.num_gpus:
             raise ValueError(
                 f"the task graph uses {graph.num_ranks} ranks but the cluster has only "
@@ -282,6 +286,17 @@ class Executor:
         diagnosis = diagnose(self)
         self.blocked = diagnosis.blocked
         return diagnosis.message
+
+
+def _check_times(**tables: Mapping[int, float] | None) -> None:
+    """Raise ValueError unless every fault time, factor and latency is finite and >= 0:
+    a NaN or infinite time would make the step spin or never end."""
+    for name, table in tables.items():
+        for rank, value in (table or {}).items():
+            if not (math.isfinite(value) and value >= 0):
+                where = f" of rank {rank}" if name not in ("collective_latency",
+                                                           "interference") else ""
+                raise ValueError(f"{name}{where} must be a finite number >= 0, got {value!r}")
 
 
 def execute(

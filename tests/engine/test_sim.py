@@ -111,3 +111,54 @@ def test_compute_slows_while_a_collective_runs_on_the_rank(star_fabric):
     assert slowed["gemm"].end == pytest.approx(10.8)
     with pytest.raises(ValueError, match="interference must be >= 0"):
         execute(build(), fabric, interference=-0.1)
+
+
+def test_collective_waits_for_a_dependency_on_a_rank_outside_its_group(star_fabric):
+    # The all-reduce over ranks 1 and 2 depends on a 3 s compute on rank 0, which is not
+    # in the group. It used to start at t = 0 (the dependency silently dropped); it must
+    # start when the compute ends, t = 3 s, on both members.
+    g = TaskGraph(3)
+    c = g.compute(0, "outside", 3.0)
+    g.collective("all_reduce", (1, 2), 1e6, "ar", deps=[c])
+    spans = [s for s in execute(g, star_fabric(3, 1e9, 0.0)) if s.name == "ar"]
+    assert sorted(s.rank for s in spans) == [1, 2]
+    assert all(s.start == pytest.approx(3.0) for s in spans)
+
+
+def test_chain_of_waits_names_the_hung_rank_first(star_fabric):
+    # A three-stage pipeline 0 -> 1 -> 2 plus an all-reduce of ranks 0 and 2. Rank 1 hangs
+    # at t = 0: rank 2 waits for its activation; rank 0 waits in the all-reduce for rank 2.
+    # The first blocked collective (the all-reduce) names rank 2, who is only a victim:
+    # the diagnosis must name rank 1 first and show the chain 0 -> 2 -> 1.
+    g = TaskGraph(3)
+    f0 = g.compute(0, "f0", 1.0)
+    s01 = g.send_recv(0, 1, 1e3, "act 0>1", deps=[f0], stream="p01")
+    f1 = g.compute(1, "f1", 1.0, deps=[s01])
+    s12 = g.send_recv(1, 2, 1e3, "act 1>2", deps=[f1], stream="p12")
+    f2 = g.compute(2, "f2", 1.0, deps=[s12])
+    g.collective("all_reduce", (0, 2), 1e3, "grads", deps=[f0, f2], stream="dp")
+    with pytest.raises(SimulationDeadlock) as err:
+        execute(g, star_fabric(3, 1e9, 0.0), hangs={1: 0.0})
+    msg = str(err.value)
+    assert msg.index("rank 1 stopped issuing work") < msg.index("rank 0")
+    assert "rank 0 waits since t=1s in all_reduce 'grads' (stream 'dp') for rank 2" in msg
+    assert "rank 2 needs send_recv 'act 1>2' from rank 1" in msg
+    assert set(err.value.blocked) == {0, 1, 2}
+
+
+def test_non_finite_fault_times_are_errors(star_fabric):
+    g = TaskGraph(2)
+    g.compute(0, "a", 1.0)
+    for kwargs in ({"hangs": {0: float("nan")}}, {"delays": {1: float("inf")}},
+                   {"slowdowns": {0: float("nan")}}, {"collective_latency": float("inf")}):
+        with pytest.raises(ValueError, match="finite"):
+            execute(g, star_fabric(2, 1e9, 0.0), **kwargs)
+
+
+@pytest.mark.parametrize("duration", [float("inf"), float("nan"), -1.0])
+def test_non_finite_durations_and_sizes_are_graph_errors(duration):
+    g = TaskGraph(2)
+    with pytest.raises(TaskGraphError, match="finite"):
+        g.compute(0, "a", duration)
+    with pytest.raises(TaskGraphError, match="finite"):
+        g.collective("all_reduce", (0, 1), duration, "ar")
