@@ -8,7 +8,7 @@ limit sits well above the largest published configuration, so no real scenario m
 | --- | --- | --- |
 | GPUs in the cluster | 131,072 | ~100k-GPU clusters (2024); the bundled 16,384-GPU run |
 | GPUs per node | 1,024 | 72 in an NVL72 rack |
-| layers | 2,048 | 126 (Llama 3 405B), 96 (GPT-3 175B) |
+| layers | 8,192 | 126 (Llama 3 405B), 96 (GPT-3 175B) |
 | hidden / FFN width | 1,048,576 | 53,248 (Llama 3 405B FFN) |
 | vocabulary | 16,777,216 | 256,000 (Gemma) |
 | sequence length | 16,777,216 tokens | 1M-10M token context research runs |
@@ -27,11 +27,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from simtrain.hardware.topology import ClusterConfig
     from simtrain.scenario import Scenario
 
 MAX_GPUS = 131_072
 MAX_GPUS_PER_NODE = 1_024
-MAX_LAYERS = 2_048
+MAX_LAYERS = 8_192
 MAX_WIDTH = 2**20
 MAX_VOCAB = 2**24
 MAX_SEQ_LEN = 2**24
@@ -42,25 +43,37 @@ MAX_TASKS = 2_000_000
 MAX_SLOWDOWN = 1_000.0
 
 
+class _Problems(list[tuple[str, str]]):
+    """(dotted field, message) pairs; ``over`` adds one when a value passes its limit."""
+
+    def over(self, field: str, value: float | None, limit: float, what: str) -> None:
+        if value is not None and value > limit:
+            self.append((field, f"{value:,} {what} is beyond the {limit:,} simtrain "
+                         f"accepts (1..{limit:,}; see simtrain/limits.py)"))
+
+
+def cluster_problems(cluster: ClusterConfig) -> list[tuple[str, str]]:
+    """(dotted field, message) for each cluster size beyond its limit (before building)."""
+    problems = _Problems()
+    if cluster.custom is not None:  # its size is bounded by the file's (simtrain.yamlfile)
+        return problems
+    problems.over("cluster.gpus_per_node", cluster.gpus_per_node, MAX_GPUS_PER_NODE,
+                  "GPUs per node")
+    problems.over("cluster.nodes", cluster.nodes, MAX_GPUS, "nodes")
+    if not problems:
+        problems.over("cluster.nodes", cluster.nodes * cluster.gpus_per_node, MAX_GPUS,
+                      f"GPUs ({cluster.nodes:,} nodes x {cluster.gpus_per_node})")
+    for name in ("nics_per_node", "pcie_switches_per_node", "nodes_per_leaf"):
+        limit = MAX_GPUS if name == "nodes_per_leaf" else MAX_GPUS_PER_NODE
+        problems.over(f"cluster.{name}", getattr(cluster, name), limit, name.replace("_", " "))
+    return problems
+
+
 def size_problems(scenario: Scenario) -> list[tuple[str, str]]:
     """(dotted field, message) for every size beyond its limit, before anything is built."""
-    problems: list[tuple[str, str]] = []
-
-    def over(field: str, value: float | None, limit: float, what: str) -> None:
-        if value is not None and value > limit:
-            problems.append((field, f"{value:,} {what} is beyond the {limit:,} simtrain "
-                             f"accepts (1..{limit:,}; see simtrain/limits.py)"))
-
-    cluster, model, train = scenario.cluster, scenario.model, scenario.training
-    if cluster.custom is None:
-        over("cluster.gpus_per_node", cluster.gpus_per_node, MAX_GPUS_PER_NODE, "GPUs per node")
-        over("cluster.nodes", cluster.nodes, MAX_GPUS, "nodes")
-        if not problems:
-            over("cluster.nodes", cluster.nodes * cluster.gpus_per_node, MAX_GPUS,
-                 f"GPUs ({cluster.nodes:,} nodes x {cluster.gpus_per_node})")
-        for name in ("nics_per_node", "pcie_switches_per_node", "nodes_per_leaf"):
-            limit = MAX_GPUS if name == "nodes_per_leaf" else MAX_GPUS_PER_NODE
-            over(f"cluster.{name}", getattr(cluster, name), limit, name.replace("_", " "))
+    problems = _Problems(cluster_problems(scenario.cluster))
+    over = problems.over
+    model, train = scenario.model, scenario.training
     over("model.num_layers", model.num_layers, MAX_LAYERS, "layers")
     for name in ("hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_heads",
                  "num_kv_heads"):

@@ -89,7 +89,7 @@ class Scenario(BaseModel):
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     comm: CommConfig = Field(default_factory=CommConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
-    _source: str | None = PrivateAttr(None)  # the file it was loaded from, for errors
+    _source: _Source | None = PrivateAttr(None)  # the file it was loaded from, for errors
 
     @property
     def seq_len(self) -> int:
@@ -256,7 +256,7 @@ def load_scenario(source: str | Path | Mapping[str, Any],
         raise ScenarioError(f"cannot validate: {type(exc).__name__}", source=src.name) from None
     _audit(src, scenario, src.data, ())
     _check(src, scenario)
-    scenario._source = src.name
+    scenario._source = src
     return scenario
 
 
@@ -293,9 +293,13 @@ def _audit_value(src: _Source, value: Any, raw: Any, path: Path_) -> None:
         raise src.error(path, f"must be a finite number, got {raw if raw is not None else value!r}")
 
 
-def scenario_source(scenario: Scenario) -> str:
-    """The file (or ``<dict>``) a loaded scenario came from, for error messages."""
-    return getattr(scenario, "_source", None) or scenario.name
+def scenario_error(scenario: Scenario, field: str, message: str) -> ScenarioError:
+    """A ScenarioError about ``field`` (dotted) of a loaded scenario, naming its file and the
+    line of the field (or the ``--set`` that wrote it); the scenario's name if built in code."""
+    src = scenario._source
+    if src is None:
+        return ScenarioError(message, source=scenario.name, field=field)
+    return src.error(tuple(field.split(".")), message)
 
 
 def _check(src: _Source, scenario: Scenario) -> None:

@@ -34,12 +34,28 @@ class SimulationDeadlock(RuntimeError):
     """
 
     def __init__(self, message: str, *, timeline: Timeline | None = None,
-                 blocked: Mapping[int, tuple[float, str]] | None = None,
+                 blocked: Mapping[int, tuple[float, str, str]] | None = None,
                  at: float = 0.0) -> None:
         super().__init__(message)
         self.timeline = timeline
         self.blocked = dict(blocked or {})
         self.at = at
+        self.result: Any = None  # simulate() attaches the partial SimulationResult
+
+
+def stalled_timeline(exc: SimulationDeadlock, num_ranks: int) -> Timeline:
+    """The spans run before a deadlock, plus one span per blocked rank from when it last
+    worked to the stall: kind "hung" for a rank that stopped, "blocked" for its victims
+    (named after what they wait for), so a Gantt chart shows who stopped and who waits."""
+    timeline = Timeline(num_ranks=num_ranks)
+    if exc.timeline is not None:
+        timeline.spans.extend(exc.timeline.spans)
+        timeline.flows.extend(exc.timeline.flows)
+    for rank, (since, stream, what) in sorted(exc.blocked.items()):
+        kind = "hung" if what.startswith("stopped") else "blocked"
+        timeline.add(Span(rank, stream, kind, what, since, max(exc.at, since), 0.0, 0.0,
+                          {"deadlock": True}, -1))
+    return timeline
 
 
 class Executor:
@@ -91,7 +107,7 @@ class Executor:
         self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.position: dict[tuple[int, str], Task | None] = {}
         self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
-        self.blocked: dict[int, tuple[float, str]] = {}
+        self.blocked: dict[int, tuple[float, str, str]] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks)
 
     def run(self) -> Timeline:

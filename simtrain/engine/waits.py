@@ -27,10 +27,10 @@ MAX_HOPS = 6  # chain hops spelled out in the message; the rest are counted
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The one-line message and, per blocked rank, (blocked since, what it waits in)."""
+    """The one-line message and, per blocked rank, (blocked since, stream, what it waits in)."""
 
     message: str
-    blocked: dict[int, tuple[float, str]]
+    blocked: dict[int, tuple[float, str, str]]
 
 
 def _label(task: Task) -> str:
@@ -147,17 +147,19 @@ def _cycle(ex: Executor, edges: dict[Node, list[tuple[Node, Why]]]) -> str:
 
 
 def _blocked_since(ex: Executor, edges: dict[Node, list[tuple[Node, Why]]]
-                   ) -> dict[int, tuple[float, str]]:
+                   ) -> dict[int, tuple[float, str, str]]:
     """Per blocked rank: since when it has done nothing, and its first wait."""
     last: dict[int, float] = {}
     for span in ex.timeline:
         last[span.rank] = max(last.get(span.rank, 0.0), span.end)
-    out: dict[int, tuple[float, str]] = {}
-    for (rank, _stream), outs in sorted(edges.items()):
+    out: dict[int, tuple[float, str, str]] = {}
+    for (rank, stream), outs in sorted(edges.items()):
         if rank in out or not outs:
             continue
         target, why = outs[0]
-        out[rank] = (last.get(rank, 0.0), f"blocked: {why[0]} rank {target[0]}{why[1]}")
-    for (rank, _stream), when in sorted(ex.stopped.items()):
-        out[rank] = (when, "stopped issuing work (hang)")
+        out[rank] = (last.get(rank, 0.0), stream,
+                     f"blocked: {why[0]} rank {target[0]}{why[1]}")
+    for (rank, stream), when in sorted(ex.stopped.items()):
+        if rank not in out or out[rank][2].startswith("blocked"):
+            out[rank] = (when, stream, "stopped issuing work (hang)")
     return out

@@ -35,5 +35,5 @@ def test_the_hung_rank_is_named_first_with_the_chain_behind_it(name, rank, shrin
     # every other rank is blocked, directly or through others, on the hung one
     world = scenario.cluster.nodes * scenario.cluster.gpus_per_node
     assert f"{world - 1} ranks wait on it" in msg
-    assert err.value.blocked[rank][1].startswith("stopped")
+    assert err.value.blocked[rank][2].startswith("stopped")
     assert err.value.timeline is not None and len(err.value.timeline) > 0

@@ -58,7 +58,7 @@ def test_hang_is_diagnosed_not_silent(star_fabric):
     assert "hung from t=0.5s" in msg
     assert "2 ranks wait on it" in msg
     assert "rank 0 waits since t=1s in all_reduce 'grads'" in msg
-    assert err.value.blocked[2][1].startswith("stopped")
+    assert err.value.blocked[2][2].startswith("stopped")
     assert err.value.blocked[0][0] == pytest.approx(1.0)  # idle since its compute ended
 
 
