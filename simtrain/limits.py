@@ -6,7 +6,7 @@ limit sits well above the largest published configuration, so no real scenario m
 
 | limit | value | largest real case |
 | --- | --- | --- |
-| GPUs in the cluster | 131,072 | ~100k-GPU clusters (2024); the bundled 16,384-GPU run |
+| GPUs in the cluster | 131,072 | ~100k-GPU clusters (2024); builds in ~12 s, 460 MB |
 | GPUs per node | 1,024 | 72 in an NVL72 rack |
 | layers | 8,192 | 126 (Llama 3 405B), 96 (GPT-3 175B) |
 | hidden / FFN width | 1,048,576 | 53,248 (Llama 3 405B FFN) |

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -206,6 +207,9 @@ def _expected_fields(path: Path_) -> list[str] | None:
     """Allowed keys of the pydantic model that holds ``path`` (for unknown-key errors)."""
     model: Any = Scenario
     for part in path[:-1]:
+        if typing.get_origin(model) in (dict, list):  # a key or index into a dict or list
+            model = typing.get_args(model)[-1]
+            continue
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return None
         field = model.model_fields.get(str(part))
@@ -213,7 +217,7 @@ def _expected_fields(path: Path_) -> list[str] | None:
             return None
         model = field.annotation
         args = getattr(model, "__args__", None)
-        if args:  # Optional[X]
+        if args and typing.get_origin(model) not in (dict, list):  # Optional[X]
             model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)),
                          model)
     if isinstance(model, type) and issubclass(model, BaseModel):
@@ -230,7 +234,9 @@ def _describe(src: _Source, exc: ValidationError) -> ScenarioError:
         allowed = _expected_fields(loc) or []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        hint += f" Expected one of: {', '.join(allowed)}" if allowed else ""
+        if allowed:
+            hint += f" Expected one of: {', '.join(allowed)}" if close else \
+                f"; expected one of: {', '.join(allowed)}"
         return src.error(loc, f"unknown field {str(loc[-1])!r}{hint}")
     if err["type"] == "missing":
         return src.error(loc, "required field is missing")
