@@ -229,6 +229,8 @@ class Executor:
             change = self._comm_change.setdefault(rank, env.event())
             began = env.now
             yield env.any_of([env.timeout(remaining / rate), change])
+            if env.now == began and not change.triggered:
+                break  # what is left is below the clock's resolution at this time: done
             remaining -= (env.now - began) * rate
 
     def _comm_state(self, ranks: tuple[int, ...], delta: int) -> None:

@@ -162,3 +162,27 @@ def test_non_finite_durations_and_sizes_are_graph_errors(duration):
         g.compute(0, "a", duration)
     with pytest.raises(TaskGraphError, match="finite"):
         g.collective("all_reduce", (0, 1), duration, "ar")
+
+
+def test_interference_terminates_when_the_residue_is_below_the_clock_resolution(star_fabric):
+    # A rank that starts 10 s late (a straggler) computes while its all-reduce runs. At
+    # t ~ 10 s a double resolves ~2e-15 s, so a float residue of the remaining compute
+    # below that made timeout(residue) a no-op and the loop spun forever.
+    g = TaskGraph(2)
+    a = [g.compute(r, "a", 1e-3) for r in range(2)]
+    g.collective("all_reduce", (0, 1), 1e8, "ar", deps=a)
+    for r in range(2):
+        g.compute(r, "b", 0.3e-3, deps=[a[r]])
+    tl = execute(g, star_fabric(2, 1e9, 0.0), delays={1: 10.0}, interference=0.3)
+    assert tl.end > 10.0
+
+
+def test_a_graph_beyond_the_task_limit_is_refused(monkeypatch):
+    import simtrain.engine.taskgraph as taskgraph
+
+    monkeypatch.setattr(taskgraph, "MAX_TASKS", 3)
+    g = TaskGraph(1)
+    for i in range(3):
+        g.compute(0, f"t{i}", 1.0)
+    with pytest.raises(TaskGraphError, match="exceeds 3 tasks"):
+        g.compute(0, "one too many", 1.0)
