@@ -16,10 +16,11 @@ limit sits well above the largest published configuration, so no real scenario m
 | microbatches per step | 65,536 | 96 (GPT-3 175B on 1,024 A100s) |
 | tasks in the graph | 2,000,000 | 1.18M (the 16,384-GPU Llama 3 run at explicit fidelity) |
 
-The task limit bounds memory: the graph costs about 600 bytes per task while it is built
-(1 GB for 1.6M tasks, measured Dec 2026) and about 1.1 KB per task once simulated, so a
-graph that hits it fails at about 1.3 GB. The numbers of the other rows only scale work:
-they are caught before the cluster or the model is built.
+Besides: efficiencies of at least 1% of peak and oversubscription of at most 1000, so no
+derived time or rate leaves the range floats represent. The task limit bounds memory: the
+graph costs about 600 bytes per task while it is built (1 GB for 1.6M tasks, measured Dec
+2026) and about 1.1 KB per task once simulated, so a graph that hits it fails at ~1.3 GB.
+The other rows only scale work: they are caught before the cluster or model is built.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ MAX_MICRO_BATCHES = 65_536
 MAX_TASKS = 2_000_000
 # A straggler computing 1000x slower is as good as hung: model it with sim.hangs.
 MAX_SLOWDOWN = 1_000.0
+# Kernels below 1% of peak FLOP/s or HBM bandwidth are not what the roofline models (a
+# launch-bound kernel is the launch overhead's job); 1e-300 gave a 3e296 s step.
+MIN_EFFICIENCY = 0.01
+# Fat-tree oversubscription: 1 (non-blocking) to a few in practice; 1e300 would leave the
+# uplinks at 1e-290 B/s.
+MAX_OVERSUBSCRIPTION = 1_000.0
 
 
 class _Problems(list[tuple[str, str]]):
@@ -60,6 +67,8 @@ def cluster_problems(cluster: ClusterConfig) -> list[tuple[str, str]]:
     problems.over("cluster.gpus_per_node", cluster.gpus_per_node, MAX_GPUS_PER_NODE,
                   "GPUs per node")
     problems.over("cluster.nodes", cluster.nodes, MAX_GPUS, "nodes")
+    problems.over("cluster.oversubscription", cluster.oversubscription, MAX_OVERSUBSCRIPTION,
+                  "oversubscription")
     if not problems:
         problems.over("cluster.nodes", cluster.nodes * cluster.gpus_per_node, MAX_GPUS,
                       f"GPUs ({cluster.nodes:,} nodes x {cluster.gpus_per_node})")
@@ -86,6 +95,13 @@ def size_problems(scenario: Scenario) -> list[tuple[str, str]]:
     over("training.global_batch_size", train.global_batch_size // train.micro_batch_size,
          MAX_MICRO_BATCHES, f"microbatches (global_batch_size {train.global_batch_size:,} "
          f"/ micro_batch_size {train.micro_batch_size:,})")
+    for name in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
+        value = getattr(scenario.compute, name)
+        if value is not None and value < MIN_EFFICIENCY:
+            problems.append((f"compute.{name}", (
+                f"{value:g} of the peak is below the {MIN_EFFICIENCY:g} the roofline accepts "
+                f"({MIN_EFFICIENCY:g}..1); a kernel that slow is launch-bound: raise "
+                "compute.launch_overhead instead")))
     ep = scenario.parallelism.ep
     if model.num_experts and ep > 1 and model.routing_imbalance > ep - 1:
         problems.append(("model.routing_imbalance", (

@@ -24,6 +24,9 @@ _PREFIX = "(?P<prefix>" + "|".join([*_BINARY, *_DECIMAL]) + ")"
 # capping here keeps a typo such as "1e400s" or "1e300" from reaching the engine as a
 # time it would take forever to simulate.
 MAX_SECONDS = 86_400.0
+# The slowest link simtrain accepts: 1 B/s. Slower ones are not links, and a subnormal
+# bandwidth such as 5e-324 B/s made 1 / bandwidth overflow (a ZeroDivisionError).
+MIN_BANDWIDTH = 1.0
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _SIZE_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"?(?P<unit>B|b|bit|bits|byte|bytes)?$")
@@ -76,14 +79,14 @@ def parse_bandwidth(value: object) -> float:
     """
     number = _as_number(value)
     if number is not None:
-        return _positive(number, value)
+        return _at_least_one_byte_per_s(_positive(number, value), value)
     match = _RATE_RE.match(str(value).strip())
     if not match:
         raise ValueError(f"expected a bandwidth such as 400Gbps or 50GB/s, got {value!r}")
     factor = _prefix_factor(match["prefix"])
     if match["unit"] in ("bps", "b/s", "bit/s"):
         factor /= 8.0
-    return _positive(float(match["num"]) * factor, value)
+    return _at_least_one_byte_per_s(_positive(float(match["num"]) * factor, value), value)
 
 
 def parse_seconds(value: object) -> float:
@@ -125,6 +128,12 @@ def parse_mebibytes(value: object) -> float:
     if number is not None:
         return _positive(_finite(number, value) * 2.0**20, value)
     return _positive(parse_bytes(value), value)
+
+
+def _at_least_one_byte_per_s(rate: float, original: object) -> float:
+    if rate < MIN_BANDWIDTH:
+        raise ValueError(f"a link moves at least {MIN_BANDWIDTH:g} B/s, got {original!r}")
+    return rate
 
 
 def _finite(number: float, original: object) -> float:

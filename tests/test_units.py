@@ -97,3 +97,9 @@ def test_durations_are_bounded_by_a_day():
         parse_seconds("25h")
     with pytest.raises(ValueError, match="at most 86,400 s"):
         parse_seconds(1e300)
+
+
+def test_bandwidth_has_a_floor_of_one_byte_per_second():
+    assert parse_bandwidth("8bps") == 1.0  # 8 bit/s = 1 B/s, the slowest accepted
+    with pytest.raises(ValueError, match="at least 1 B/s"):
+        parse_bandwidth(5e-324)  # 1 / 5e-324 overflows: it was a ZeroDivisionError
