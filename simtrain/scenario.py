@@ -135,7 +135,11 @@ def _dotted(path: Sequence[str | int]) -> str:
 
 def _read(source: str | Path | Mapping[str, Any]) -> _Source:
     if isinstance(source, Mapping):
-        return _Source("<dict>", _deep_copy(source), {})
+        try:
+            return _Source("<dict>", _deep_copy(source), {})
+        except RecursionError:  # a dict that contains itself
+            raise ScenarioError("the scenario mapping contains itself (or nests too deep)",
+                                source="<dict>") from None
     doc = read_file(source, "scenario file")
     return _to_source(doc)
 

@@ -60,13 +60,13 @@ def read_file(path: str | Path, what: str = "file") -> Document:
     path = Path(path)
     name = str(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ScenarioError(f"the {what} is {size:,} bytes; at most {MAX_FILE_BYTES:,} "
-                                "are accepted (is this the right file?)", source=name)
-        raw = path.read_bytes()
+        with path.open("rb") as f:  # read one byte past the limit: /dev/zero has no size
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ScenarioError(f"cannot read {what}: {exc.strerror or exc}", source=name) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioError(f"the {what} is larger than {MAX_FILE_BYTES:,} bytes, the most "
+                            "accepted (is this the right file?)", source=name)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

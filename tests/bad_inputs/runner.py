@@ -104,7 +104,8 @@ def main() -> None:
     big = out / "fifty_mb.yaml"  # issue 20: a 50 MB file must fail fast, not be parsed
     with big.open("w") as f:
         f.write("# padding\n" * (5 * 2**20))
-    todo = [*cases(kinds), ("big", str(big), 2, "at most 4,194,304")]
+    todo = [*cases(kinds), ("big", str(big), 2, "larger than 4,194,304 bytes"),
+            ("big", "/dev/zero", 2, "larger than 4,194,304 bytes")]
     for kind, target, expect, fragment in todo:
         record = run_case(argv(kind, target, out))
         record.update(kind=kind, target=target, expect=expect, fragment=fragment)
