@@ -87,3 +87,27 @@ def test_random_values_at_real_fields_fail_cleanly(key, value) -> None:
         node = child
     node[key[-1]] = value
     _load(source=data)
+
+
+SWEEP = "base: files/base.yaml\naxes:\n  model.num_layers: [1, 2]\n" \
+        "zip:\n  - {cluster.nodes: [1], training.global_batch_size: [8]}\n" \
+        "objective: {metric: step_time_s, goal: min}\n"
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, len(SWEEP)), pieces), min_size=1, max_size=6))
+def test_spliced_sweep_files_load_or_fail_cleanly(tmp_path_factory, splices) -> None:
+    from simtrain.study.spec import load_sweep
+
+    text = SWEEP
+    for at, piece in sorted(splices, reverse=True):
+        text = text[:at] + piece + text[at:]
+    folder = tmp_path_factory.mktemp("fuzz")
+    (folder / "files").mkdir()
+    (folder / "files" / "base.yaml").write_text(BASE)
+    path = folder / "s.yaml"
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    try:
+        load_sweep(path).points()
+    except ALLOWED:
+        pass
