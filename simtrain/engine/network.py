@@ -220,7 +220,9 @@ def isolated_time(
         weights = list(merged_weights)
         if caps is not None:
             caps = [min(caps[i] for i in index) for index in members]
-    check_transfers(flows, capacity, caps)
+    # Only the links the flows cross: ``capacity`` lists every link of the cluster (a
+    # million on 16k GPUs) and this runs for every candidate algorithm of every collective.
+    check_transfers(flows, [capacity[link] for route, _ in flows for link in route], caps)
     active = [(route, nbytes, i) for i, (route, nbytes) in enumerate(flows) if nbytes > 0 and route]
     now = 0.0
     remaining = {i: nbytes for _, nbytes, i in active}
