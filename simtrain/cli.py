@@ -84,8 +84,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (for script
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors")]
 
 
-def _simulate(path: Path, overrides: list[str]) -> SimulationResult:
-    """Load and simulate; bad input exits 2, a deadlocked step exits 1."""
+def _simulate(path: Path, overrides: list[str], report: Path | None = None,
+              with_report: bool = False) -> SimulationResult:
+    """Load and simulate; bad input exits 2, a deadlocked step exits 1 (after writing the
+    step up to the hang to ``report`` or reports/NAME.html when ``with_report``)."""
     from simtrain.scenario import load_scenario
     from simtrain.simulate import simulate
 
@@ -94,7 +96,20 @@ def _simulate(path: Path, overrides: list[str]) -> SimulationResult:
     except ScenarioError as exc:
         raise _fail(str(exc), 2) from None
     except SimulationDeadlock as exc:
-        raise _fail(str(exc), 1) from None
+        message = str(exc)
+        if with_report and exc.result is not None:
+            name = exc.result.scenario.name
+            html = _report_html(exc.result, f"simtrain · {name} · deadlocked", _yaml_text(path))
+            written = write_report_file(report or Path("reports") / f"{name}.html", html)
+            message += f" (report of the step up to the hang: {written})"
+        raise _fail(message, 1) from None
+
+
+def write_report_file(path: Path, html: str) -> Path:
+    """Write an HTML report (creating folders); returns the path written."""
+    from simtrain.report.html import write_report
+
+    return write_report(path, html)
 
 
 def _report_html(result: SimulationResult, title: str, yaml_text: str | None) -> str:
@@ -154,7 +169,7 @@ def run(
     from simtrain.report.html import write_report
 
     with _status("simulating", quiet or as_json):
-        result = _simulate(scenario, set_ or [])
+        result = _simulate(scenario, set_ or [], report, with_report=not no_report)
     loaded = result.scenario
     summary = result.summary
     if not no_report:
@@ -296,8 +311,14 @@ def topology(
                         f"{', '.join(CLUSTER_PRESETS)}", 2)
         if nodes < 1:
             raise _fail(f"--nodes must be >= 1, got {nodes}", 2)
+        from simtrain.limits import cluster_problems
+
         try:
-            cluster = build_cluster(ClusterConfig(preset=target, nodes=nodes))
+            config = ClusterConfig(preset=target, nodes=nodes)
+            too_big = cluster_problems(config)
+            if too_big:
+                raise _fail(f"--nodes {nodes}: {too_big[0][1]}", 2)
+            cluster = build_cluster(config)
         except ValueError as exc:
             raise _fail(f"{target}: {str(exc).splitlines()[-1].strip()}", 2) from None
         title = f"topology · {target.lower()} × {nodes}"
@@ -384,8 +405,20 @@ _register_extensions()
 
 def main() -> None:
     """Console entry point; turns unexpected exceptions into one line and exit 1."""
+    from typer.exceptions import TyperException
+
     try:
-        app()
+        code = app(standalone_mode=False)
+    except TyperException as exc:  # a bad option or argument: one line, exit 2
+        status = getattr(exc, "exit_code", 2)
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        if message.strip():  # (a bare "simtrain" has printed its help already)
+            ctx = getattr(exc, "ctx", None)
+            where = f"{ctx.command_path} --help" if ctx is not None else "simtrain --help"
+            _fail(f"{message} (see {where})", status)
+        sys.exit(status)
+    except typer.Abort:
+        sys.exit(130)
     except (KeyboardInterrupt, BrokenPipeError):
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the edge: one line, not a traceback
@@ -394,6 +427,7 @@ def main() -> None:
         err.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} "
                   "(set SIMTRAIN_DEBUG=1 to see the traceback)", highlight=False)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ def collective(
     from simtrain.comm.config import CommConfig
     from simtrain.comm.sweep import run_sweep, sizes
     from simtrain.hardware.topology import ClusterConfig, build_cluster
+    from simtrain.limits import cluster_problems
     from simtrain.scenario import load_scenario
 
     try:
@@ -62,6 +63,9 @@ def collective(
             cluster_cfg, comm_cfg = loaded.cluster, loaded.comm
         else:
             cluster_cfg, comm_cfg = ClusterConfig(preset=cluster, nodes=nodes), CommConfig()
+            too_big = cluster_problems(cluster_cfg)
+            if too_big:
+                raise fail(f"--nodes {nodes}: {too_big[0][1]}")
         updates = {k: v for k, v in (("backend", backend), ("protocol", protocol)) if v}
         comm_cfg = CommConfig.model_validate({**comm_cfg.model_dump(), **updates})
         sharp = {k: v for k, v in (("nvlink_sharp", nvls), ("ib_sharp", ib_sharp or None))
@@ -76,7 +80,8 @@ def collective(
         if not 2 <= group <= built.num_gpus:
             raise fail(f"--gpus {group} must be between 2 and the cluster's {built.num_gpus}")
         ranks = tuple(range(group)) if op != "send_recv" else (0, group - 1)
-        message_sizes = sizes(_size(min_bytes), _size(max_bytes), factor)
+        message_sizes = sizes(_size(min_bytes, "--min-bytes"), _size(max_bytes, "--max-bytes"),
+                              factor)
         model = comm_cfg.build(built, built.gpu_spec.arch)
         rows = [r for r in run_sweep(built, model, op, ranks, message_sizes, algorithm)]
     except ValueError as exc:  # ScenarioError, AlgorithmError and pydantic's errors
@@ -93,12 +98,15 @@ def collective(
     Console().print(table)
 
 
-def _size(text: str) -> int:
+def _size(text: str, option: str) -> int:
     """nccl-tests sizes: a bare K, M, G or T suffix is binary (8G = 8 GiB); "8GB" is not."""
     text = text.strip()
     if text[-1:] in ("K", "M", "G", "T") and text[:-1].replace(".", "", 1).isdigit():
         text += "iB"
-    return int(parse_bytes(text))
+    try:
+        return int(parse_bytes(text))
+    except ValueError as exc:
+        raise ValueError(f"{option} {text!r}: {exc}") from None
 
 
 def register(app: typer.Typer) -> None:

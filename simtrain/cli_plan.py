@@ -68,7 +68,7 @@ def plan(
     """Search parallel plans (tp, pp, cp, dp, ep, ZeRO, micro batch, recompute, schedule)
     that fit in memory; rank them by throughput with time-to-train and GPU-hours."""
     from simtrain.study.executors import make_executor
-    from simtrain.study.plan import load_plan, plan_spec, search
+    from simtrain.study.plan import plan_spec, search
 
     err = Console(stderr=True)
 
@@ -77,8 +77,14 @@ def plan(
                       seq_len=seq_len, global_batch=global_batch,
                       global_batch_tokens=global_batch_tokens, top=top,
                       final_network=final_network)
-        spec = (load_plan(plan_file) if plan_file is not None and data is None
-                else plan_spec(data or {}, name=plan_file.stem if plan_file else "plan"))
+        if plan_file is not None and data is None:
+            data = _read_plan(plan_file)
+        try:
+            spec = plan_spec(data or {}, name=plan_file.stem if plan_file else "plan")
+        except ValueError as exc:
+            if plan_file is None:
+                raise
+            raise _located(plan_file, str(exc)) from None
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
         if charts < 0:
@@ -150,18 +156,7 @@ def _merge(plan_file: Path | None, **flags: Any) -> dict[str, Any] | None:
         return None
     data: dict[str, Any] = {}
     if plan_file is not None:
-        import io
-
-        from ruamel.yaml import YAML
-
-        try:
-            loaded = YAML(typ="safe").load(io.StringIO(plan_file.read_text(encoding="utf-8")))
-        except OSError as exc:
-            raise ScenarioError(f"cannot read plan file: {exc.strerror}",
-                                source=str(plan_file)) from None
-        if not isinstance(loaded, dict):
-            raise ScenarioError("expected a mapping", source=str(plan_file))
-        data = loaded
+        data = _read_plan(plan_file)
     for section in ("model", "cluster", "training", "search"):
         data[section] = dict(data.get(section) or {})
     if "model" in given:
@@ -191,6 +186,38 @@ def _merge(plan_file: Path | None, **flags: Any) -> dict[str, Any] | None:
     if not data["search"]:
         del data["search"]
     return data
+
+
+_LINES: dict[str, dict[tuple[str | int, ...], int]] = {}  # plan file -> lines by key path
+
+
+def _read_plan(path: Path) -> dict[str, Any]:
+    """A plan file's mapping, read through the bounded YAML reader (lines kept for errors)."""
+    from simtrain.yamlfile import read_file
+
+    doc = read_file(path, "plan file")
+    if not isinstance(doc.data, dict):
+        raise ScenarioError("expected a mapping with model, cluster and training",
+                            source=str(path), line=1)
+    _LINES[str(path)] = doc.lines
+    return doc.data
+
+
+def _located(path: Path, message: str) -> ScenarioError:
+    """A plan_spec error on ``path`` with the line of the key it names ("training.tokens: ...",
+    "unknown key 'x'", "search.top must ..."), or of its section."""
+    import re
+
+    lines = _LINES.get(str(path), {})
+    match = re.match(r"(?:unknown key '([^']+)'|([a-z_]+(?:\.[a-z_]+)*))", message)
+    line = None
+    if match:
+        parts = tuple((match[1] or match[2]).split("."))
+        for end in range(len(parts), 0, -1):
+            if parts[:end] in lines:
+                line = lines[parts[:end]]
+                break
+    return ScenarioError(message, source=str(path), line=line)
 
 
 def _table(doc: dict[str, Any]) -> Table:

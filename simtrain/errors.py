@@ -17,4 +17,5 @@ class ScenarioError(ValueError):
     def __str__(self) -> str:
         where = self.source if self.line is None else f"{self.source}:{self.line}"
         what = f"{self.field}: " if self.field else ""
-        return f"{where}: {what}{self.message}"
+        # One line, always: a newline in a --set value or a quoted input is shown as \n.
+        return f"{where}: {what}{self.message}".replace("\r", "\\r").replace("\n", "\\n")

@@ -9,24 +9,24 @@ raised as :class:`ScenarioError` (the CLI prints them in one line and exits with
 from __future__ import annotations
 
 import difflib
-import io
+import math
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from simtrain.comm.config import CommConfig
 from simtrain.errors import ScenarioError
 from simtrain.hardware.topology import CLUSTER_PRESETS, ClusterConfig
+from simtrain.limits import MAX_SLOWDOWN, size_problems
 from simtrain.parallel.plan import ParallelismConfig
 from simtrain.training import TrainingConfig
 from simtrain.units import Seconds
 from simtrain.workload.compute import ComputeConfig
 from simtrain.workload.model import MODEL_PRESETS, ModelConfig
+from simtrain.yamlfile import Document, parse_text, parse_value, read_file
 
 Path_ = tuple[str | int, ...]
 
@@ -37,8 +37,17 @@ class Straggler(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    delay: Seconds = 0.0
-    slowdown: float = Field(1.0, ge=1.0)
+    delay: Seconds = 0.0  # 0 .. MAX_SECONDS (one day)
+    slowdown: float = 1.0
+
+    @field_validator("slowdown")
+    @classmethod
+    def _slowdown(cls, value: float) -> float:
+        if not 1.0 <= value <= MAX_SLOWDOWN:  # also rejects NaN
+            raise ValueError(f"slowdown is a compute-time multiplier in 1..{MAX_SLOWDOWN:g} "
+                             f"(1 = normal speed; slower than that is a hang: use sim.hangs), "
+                             f"got {value!r}")
+        return value
 
 
 class SimConfig(BaseModel):
@@ -47,7 +56,8 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = 0
-    # rank -> time (s or "2ms") at which that rank hangs: it issues no further work.
+    # rank -> time (s or "2ms", 0 .. one day) at which that rank hangs: it issues no
+    # further work. Ranks must exist in the cluster (checked with the cluster built).
     hangs: dict[int, Seconds] = Field(default_factory=dict)
     # Task granularity: "op" (one task per kernel), "layer" (kernels between collectives
     # fused), "stage" (one task per pipeline step, collectives aggregated; for 10k+ GPUs).
@@ -80,6 +90,7 @@ class Scenario(BaseModel):
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     comm: CommConfig = Field(default_factory=CommConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    _source: _Source | None = PrivateAttr(None)  # the file it was loaded from, for errors
 
     @property
     def seq_len(self) -> int:
@@ -122,54 +133,29 @@ def _dotted(path: Sequence[str | int]) -> str:
     return ".".join(str(p) for p in path)
 
 
-def _plain(node: Any, path: Path_, lines: dict[Path_, int]) -> Any:
-    """ruamel round-trip nodes -> plain Python, recording 1-based line numbers by path."""
-    if isinstance(node, CommentedMap):
-        out = {}
-        for key, value in node.items():
-            child = (*path, str(key))
-            lines[child] = node.lc.key(key)[0] + 1
-            out[str(key)] = _plain(value, child, lines)
-        return out
-    if isinstance(node, CommentedSeq):
-        items = []
-        for i, value in enumerate(node):
-            lines[(*path, i)] = node.lc.item(i)[0] + 1
-            items.append(_plain(value, (*path, i), lines))
-        return items
-    if isinstance(node, str):
-        return str(node)
-    return node
-
-
 def _read(source: str | Path | Mapping[str, Any]) -> _Source:
     if isinstance(source, Mapping):
-        return _Source("<dict>", _deep_copy(source), {})
-    path = Path(source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario file: {exc.strerror}",
-                            source=str(path)) from None
-    return _parse_text(text, str(path))
+        try:
+            return _Source("<dict>", _deep_copy(source), {})
+        except RecursionError:  # a dict that contains itself
+            raise ScenarioError("the scenario mapping contains itself (or nests too deep)",
+                                source="<dict>") from None
+    doc = read_file(source, "scenario file")
+    return _to_source(doc)
 
 
 def _parse_text(text: str, name: str) -> _Source:
-    try:
-        node = YAML(typ="rt").load(io.StringIO(text))
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = mark.line + 1 if mark is not None else None
-        raise ScenarioError(f"not valid YAML: {exc.problem}", source=name, line=line) from None
-    if node is None:
+    return _to_source(parse_text(text, name))
+
+
+def _to_source(doc: Document) -> _Source:
+    if doc.data is None:
         raise ScenarioError("the file is empty; expected a mapping with cluster, model and "
-                            "training sections", source=name)
-    lines: dict[Path_, int] = {}
-    data = _plain(node, (), lines)
-    if not isinstance(data, dict):
-        raise ScenarioError(f"expected a mapping at the top level, got {type(data).__name__}",
-                            source=name, line=1)
-    return _Source(name, data, lines)
+                            "training sections", source=doc.name)
+    if not isinstance(doc.data, dict):
+        raise ScenarioError(f"expected a mapping at the top level, got "
+                            f"{type(doc.data).__name__}", source=doc.name, line=1)
+    return _Source(doc.name, doc.data, doc.lines)
 
 
 def _deep_copy(value: Any) -> Any:
@@ -183,11 +169,16 @@ def _deep_copy(value: Any) -> Any:
 def apply_override(src: _Source, assignment: str) -> None:
     """Apply one ``--set dotted.key=value``; the value is read as YAML ("4", "true", "25MB")."""
     key, sep, raw = assignment.partition("=")
+    label = f"--set {assignment.strip()}"
     if not sep or not key.strip():
         raise ScenarioError(f"expected KEY=VALUE such as cluster.nodes=4, got {assignment!r}",
                             source="--set")
-    path = tuple(key.strip().split("."))
-    value = YAML(typ="safe").load(io.StringIO(raw)) if raw.strip() else ""
+    path = tuple(part.strip() for part in key.strip().split("."))
+    if not all(path):
+        raise ScenarioError(f"{key.strip()!r} is not a dotted key: every part between dots "
+                            "must be a field name, as in parallelism.ddp.bucket_cap_mb",
+                            source=label)
+    value = parse_value(raw, label) if raw.strip() else ""
     node = src.data
     for i, part in enumerate(path[:-1]):
         child = node.get(part)
@@ -220,6 +211,9 @@ def _expected_fields(path: Path_) -> list[str] | None:
     """Allowed keys of the pydantic model that holds ``path`` (for unknown-key errors)."""
     model: Any = Scenario
     for part in path[:-1]:
+        if typing.get_origin(model) in (dict, list):  # a key or index into a dict or list
+            model = typing.get_args(model)[-1]
+            continue
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return None
         field = model.model_fields.get(str(part))
@@ -227,7 +221,7 @@ def _expected_fields(path: Path_) -> list[str] | None:
             return None
         model = field.annotation
         args = getattr(model, "__args__", None)
-        if args:  # Optional[X]
+        if args and typing.get_origin(model) not in (dict, list):  # Optional[X]
             model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)),
                          model)
     if isinstance(model, type) and issubclass(model, BaseModel):
@@ -244,7 +238,9 @@ def _describe(src: _Source, exc: ValidationError) -> ScenarioError:
         allowed = _expected_fields(loc) or []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        hint += f" Expected one of: {', '.join(allowed)}" if allowed else ""
+        if allowed:
+            hint += f" Expected one of: {', '.join(allowed)}" if close else \
+                f"; expected one of: {', '.join(allowed)}"
         return src.error(loc, f"unknown field {str(loc[-1])!r}{hint}")
     if err["type"] == "missing":
         return src.error(loc, "required field is missing")
@@ -266,19 +262,70 @@ def load_scenario(source: str | Path | Mapping[str, Any],
         scenario = Scenario.model_validate(src.data)
     except ValidationError as exc:
         raise _describe(src, exc) from None
+    except (RecursionError, OverflowError, MemoryError) as exc:  # a value far too large
+        raise ScenarioError(f"cannot validate: {type(exc).__name__}", source=src.name) from None
+    _audit(src, scenario, src.data, ())
     if scenario.compute.tables:  # paths relative to the scenario file, checked now
         from simtrain.workload.tables import resolve_tables
         base = Path.cwd() if isinstance(source, Mapping) else Path(source).parent
         scenario.compute.tables = resolve_tables(scenario.compute.tables, base)
     _check(src, scenario)
+    scenario._source = src
     return scenario
 
 
+def _audit(src: _Source, model: BaseModel, raw: Any, path: Path_) -> None:
+    """What pydantic's lax mode lets through but a user never means.
+
+    ``nodes: true`` (a bool where a number is expected, read as 1), ``overlap: 1`` (a
+    number where a bool is expected) and non-finite numbers (``.nan``, ``.inf``,
+    ``"inf"``) anywhere: no field of a scenario is meaningful at infinity.
+    """
+    raw_map = raw if isinstance(raw, dict) else {}
+    for name in type(model).model_fields:
+        _audit_value(src, getattr(model, name), raw_map.get(name), (*path, name))
+
+
+def _audit_value(src: _Source, value: Any, raw: Any, path: Path_) -> None:
+    if isinstance(value, BaseModel):
+        _audit(src, value, raw, path)
+    elif isinstance(value, dict):
+        raw_map = raw if isinstance(raw, dict) else {}
+        by_text = {str(k): v for k, v in raw_map.items()}
+        for key, item in value.items():
+            _audit_value(src, item, by_text.get(str(key)), (*path, str(key)))
+    elif isinstance(value, list | tuple):
+        raw_list = raw if isinstance(raw, list) and len(raw) == len(value) else [None] * len(
+            value)
+        for i, (item, given) in enumerate(zip(value, raw_list, strict=True)):
+            _audit_value(src, item, given, (*path, i))
+    elif isinstance(raw, bool) and not isinstance(value, bool):
+        raise src.error(path, f"expected a number, got {str(raw).lower()}")
+    elif isinstance(value, bool) and raw is not None and not isinstance(raw, bool):
+        raise src.error(path, f"expected true or false, got {raw!r}")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise src.error(path, f"must be a finite number, got {raw if raw is not None else value!r}")
+
+
+def scenario_error(scenario: Scenario, field: str, message: str) -> ScenarioError:
+    """A ScenarioError about ``field`` (dotted) of a loaded scenario, naming its file and the
+    line of the field (or the ``--set`` that wrote it); the scenario's name if built in code."""
+    src = scenario._source
+    if src is None:
+        return ScenarioError(message, source=scenario.name, field=field)
+    return src.error(tuple(field.split(".")), message)
+
+
 def _check(src: _Source, scenario: Scenario) -> None:
-    """Cross-section checks that need the built cluster and model: world size, batch, sequence."""
+    """Cross-section checks: sizes first (before anything is built), then the ones that
+    need the built cluster: world size, batch, sequence, fault ranks."""
     from simtrain.hardware.topology import build_cluster
     from simtrain.parallel.plan import check_parallelism
 
+    sizes = size_problems(scenario)
+    if sizes:
+        field, message = sizes[0]
+        raise src.error(tuple(field.split(".")), message)
     try:
         cluster = build_cluster(scenario.cluster)
     except ValueError as exc:
@@ -292,6 +339,12 @@ def _check(src: _Source, scenario: Scenario) -> None:
         problems.append(("training.seq_len",
                          f"seq_len={scenario.seq_len} exceeds the model's max_seq_len="
                          f"{scenario.model.max_seq_len}; lower it or raise model.max_seq_len"))
+    for section in ("hangs", "stragglers"):
+        for rank in getattr(scenario.sim, section):
+            if not 0 <= rank < cluster.num_gpus:
+                problems.append((f"sim.{section}.{rank}",
+                                 f"rank {rank} is not in the cluster; accepted: ranks 0.."
+                                 f"{cluster.num_gpus - 1} ({cluster.num_gpus} GPUs)"))
     if problems:
         field, message = problems[0]
         raise src.error(tuple(field.split(".")), message)

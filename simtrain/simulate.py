@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from simtrain.engine.sim import execute
-from simtrain.engine.taskgraph import TaskGraph
+from simtrain.engine.sim import SimulationDeadlock, execute, stalled_timeline
+from simtrain.engine.taskgraph import TaskGraph, TaskGraphError
 from simtrain.engine.timeline import (
     COMM_KINDS,
     COMPUTE_KINDS,
@@ -16,14 +16,13 @@ from simtrain.engine.timeline import (
     merge_intervals,
     overlap_length,
 )
-from simtrain.errors import ScenarioError
 from simtrain.hardware.topology import Cluster, build_cluster
 from simtrain.parallel.lower import Lowering, LowerOptions
 from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.schedule import Step, build_schedule, peak_in_flight
 from simtrain.parallel.shard import ShardSpec, Unit, chunk_units, stage_layers
 from simtrain.report.metrics import summarize
-from simtrain.scenario import Scenario, load_scenario
+from simtrain.scenario import Scenario, load_scenario, scenario_error
 from simtrain.training import DTYPE_BYTES, optimizer_bytes_per_param
 from simtrain.workload.compute import op_time
 from simtrain.workload.memory import (
@@ -121,10 +120,10 @@ def fidelity(scenario: Scenario, cluster: Cluster) -> str:
          not getattr(cluster, "uniform", False)),
     ) if present]
     if sim.fidelity == "symmetric" and differ:
-        raise ScenarioError(
+        raise scenario_error(
+            scenario, "sim.fidelity",
             f"sim.fidelity: symmetric needs identical data-parallel replicas, but the "
-            f"scenario has {'; '.join(differ)}; use sim.fidelity: explicit (or auto)",
-            source=scenario.name, field="sim.fidelity")
+            f"scenario has {'; '.join(differ)}; use sim.fidelity: explicit (or auto)")
     if sim.fidelity != "auto":
         return sim.fidelity
     dims = scenario.parallelism.dims(cluster.num_gpus)
@@ -221,22 +220,40 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
     plan = build_plan(scenario, cluster)
     memory = memory_report(scenario, cluster, plan)
     if not memory.fits() and not scenario.sim.ignore_memory:
-        raise ScenarioError(
+        raise scenario_error(
+            scenario, "parallelism",
             f"out of memory: {memory.describe()}; add tensor/pipeline parallelism, a higher "
             f"parallelism.zero stage, parallelism.recompute: full or a smaller "
-            f"micro_batch_size, or set sim.ignore_memory: true to simulate anyway",
-            source=scenario.name, field="parallelism")
-    graph = build_graph(scenario, cluster, plan)
+            f"micro_batch_size, or set sim.ignore_memory: true to simulate anyway")
+    try:
+        graph = build_graph(scenario, cluster, plan)
+    except TaskGraphError as exc:  # too many tasks, or a size the engine cannot run
+        raise scenario_error(scenario, "sim.granularity", str(exc)) from None
     comm = scenario.comm.build(cluster, cluster.gpu_spec.arch)
     sim = scenario.sim
-    timeline = execute(
-        graph, cluster, comm=comm, hangs=sim.hangs,
-        delays={r: s.delay for r, s in sim.stragglers.items()},
-        slowdowns={r: s.slowdown for r, s in sim.stragglers.items()},
-        interference=scenario.compute.comm_interference, network=sim.network)
+    try:
+        timeline = execute(
+            graph, cluster, comm=comm, hangs=sim.hangs,
+            delays={r: s.delay for r, s in sim.stragglers.items()},
+            slowdowns={r: s.slowdown for r, s in sim.stragglers.items()},
+            interference=scenario.compute.comm_interference, network=sim.network)
+    except SimulationDeadlock as exc:  # the step up to the hang, for the report
+        partial = stalled_timeline(exc, graph.num_ranks)
+        exc.result = SimulationResult(scenario, cluster, graph, partial, {
+            **_summary(scenario, cluster, plan, graph, partial, memory),
+            "deadlock": str(exc)})
+        raise
+    summary = _summary(scenario, cluster, plan, graph, timeline, memory)
+    return SimulationResult(scenario, cluster, graph, timeline, summary)
+
+
+def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
+             timeline: Timeline, memory: MemoryReport) -> dict[str, Any]:
+    """The run's summary dict: metrics of ``timeline`` and the inputs that shaped it."""
+    sim = scenario.sim
     tokens = scenario.training.global_batch_size * scenario.seq_len
     dims = plan.dims
-    summary = {
+    summary: dict[str, Any] = {
         "scenario": scenario.name,
         "gpu": cluster.gpu_spec.name,
         **summarize(
@@ -262,7 +279,7 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
             (u for chunks in plan.units for units in chunks for u in units), cluster.gpu_spec,
             scenario.compute.tables, scenario.training.dtype,
             lambda op: op_time(op, cluster.gpu_spec, scenario.compute, scenario.training.dtype))
-    return SimulationResult(scenario, cluster, graph, timeline, summary)
+    return summary
 
 
 def micro_batches(scenario: Scenario, cluster: Cluster) -> int:

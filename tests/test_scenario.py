@@ -129,3 +129,63 @@ def test_parallelism_and_sim_fields_round_trip(tmp_path):
     assert s.sim.granularity == "layer" and s.sim.ignore_memory
     with pytest.raises(ScenarioError, match=r"parallelism.zero: .*got 4"):
         load_scenario(_write(tmp_path, text.replace("zero: 1", "zero: 4")))
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (("nodes: 2", "nodes: true"), "cluster.nodes: expected a number, got true"),
+    (("bucket_cap_mb: 50", "overlap: 1"), "parallelism.ddp.overlap: expected true or false"),
+    (("bucket_cap_mb: 50", "bucket_cap_mb: .nan"), "must be a finite number"),
+    (("nic_bandwidth: 200Gbps", "nic_bandwidth: 1e400Gbps"), "must be a finite number"),
+    (("nodes: 2", "nodes: 1000000"), "1,000,000 nodes is beyond the 131,072"),
+    (("num_layers: 4", "num_layers: 1000000000"), "beyond the 8,192"),
+])
+def test_values_pydantic_would_accept_but_mean_nothing(tmp_path, edit, says):
+    with pytest.raises(ScenarioError, match=says.replace(".", r"\.")):
+        load_scenario(_write(tmp_path, GOOD.replace(*edit)))
+
+
+@pytest.mark.parametrize(("sim", "field", "says"), [
+    ("hangs: {16: 1ms}", "sim.hangs.16", "rank 16 is not in the cluster; accepted: ranks 0..15"),
+    ("stragglers: {-1: {delay: 1ms}}", "sim.stragglers.-1", "rank -1 is not in the cluster"),
+    ("hangs: {3: .nan}", "sim.hangs.3", "finite"),
+    ("stragglers: {1: {slowdown: 1e300}}", "sim.stragglers.1.slowdown", "1..1000"),
+    ("stragglers: {1: {delay: 2d}}", "sim.stragglers.1.delay", "expected a duration"),
+    ("stragglers: {1: {delay: 48h}}", "sim.stragglers.1.delay", "at most 86,400 s"),
+])
+def test_fault_ranks_and_times_are_checked(tmp_path, sim, field, says):
+    path = _write(tmp_path, GOOD + f"sim:\n  {sim}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(err.value).startswith(f"{path}:17: {field}: ") and says in str(err.value)
+
+
+def test_merge_keys_load_and_merged_keys_get_their_mapping_line(tmp_path):
+    text = ("base: &b {preset: dgx-a100, nodes: 1, gpus_per_nodes: 8}\n"
+            "cluster:\n  <<: *b\nmodel: {preset: tiny-gpt}\ntraining: {global_batch_size: 8}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(_write(tmp_path, text))  # used to be a KeyError
+    assert ":2: cluster.gpus_per_nodes: unknown field" in str(err.value)
+
+
+def test_override_keys_and_values_are_checked(tmp_path):
+    path = _write(tmp_path, GOOD)
+    for assignment, says in (("none=<<: ", "not valid YAML"), (".=*a", "not a dotted key"),
+                             ("True=!!int ", "not valid YAML"), ("a=&x [*x]", "itself")):
+        with pytest.raises(ScenarioError, match=says):
+            load_scenario(path, [assignment])
+
+
+def test_errors_found_while_simulating_name_the_file_and_line(tmp_path):
+    from simtrain import simulate
+    from simtrain.scenario import scenario_error
+
+    # GPT-3 175B on 8 A100s: ~350 GB of bf16 weights alone, far beyond 8 x 80 GB. The
+    # error used to name the scenario ("s"), not the file and the line of parallelism.
+    path = _write(tmp_path, "cluster: {preset: dgx-a100, nodes: 1}\nmodel: {preset: "
+                  "gpt3-175b}\ntraining: {global_batch_size: 8, seq_len: 2048}\n"
+                  "parallelism:\n  tp: 8\n")
+    with pytest.raises(ScenarioError) as err:
+        simulate(load_scenario(path))
+    assert str(err.value).startswith(f"{path}:4: parallelism: out of memory")
+    s = load_scenario(path, ["sim.seed=3"])
+    assert str(scenario_error(s, "sim.seed", "x")) == "--set sim.seed=3: x"

@@ -71,3 +71,35 @@ def test_human_formatting():
 @given(st.floats(0, 1e15, allow_nan=False))
 def test_bytes_roundtrip_through_mib(x):
     assert parse_bytes(f"{x / 2**20!r}MiB") == pytest.approx(x, rel=1e-9, abs=1e-6)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("1EiB", 2.0**60), ("2kiB", 2048.0), ("1EB", 1e18),  # EiB used to be a KeyError
+    # bucket_cap_mb: a bare number means MiB, as a number or a string; 25 MiB = 26214400 B
+    ("25", 26214400.0), (25, 26214400.0), ("25MiB", 26214400.0), ("25MB", 25e6),
+])
+def test_binary_prefixes_and_mebibyte_counts(text, expected):
+    parse = parse_bytes if "B" in str(text) and "Mi" not in str(text) else parse_mebibytes
+    assert parse(text) == expected
+
+
+@pytest.mark.parametrize("parse", [parse_bytes, parse_bandwidth, parse_seconds,
+                                   parse_flop_rate, parse_mebibytes])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), "1e400", "inf", "nan"])
+def test_non_finite_values_are_rejected(parse, value):
+    with pytest.raises(ValueError):
+        parse(value)
+
+
+def test_durations_are_bounded_by_a_day():
+    assert parse_seconds("24h") == 86400.0  # 24 x 3600 s: the largest accepted
+    with pytest.raises(ValueError, match="at most 86,400 s"):
+        parse_seconds("25h")
+    with pytest.raises(ValueError, match="at most 86,400 s"):
+        parse_seconds(1e300)
+
+
+def test_bandwidth_has_a_floor_of_one_byte_per_second():
+    assert parse_bandwidth("8bps") == 1.0  # 8 bit/s = 1 B/s, the slowest accepted
+    with pytest.raises(ValueError, match="at least 1 B/s"):
+        parse_bandwidth(5e-324)  # 1 / 5e-324 overflows: it was a ZeroDivisionError

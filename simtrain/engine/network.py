@@ -10,6 +10,7 @@ do not.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -265,6 +266,9 @@ def isolated_time(
         weights = list(merged_weights)
         if caps is not None:
             caps = [min(caps[i] for i in index) for index in members]
+    # Only the links the flows cross: ``capacity`` lists every link of the cluster (a
+    # million on 16k GPUs) and this runs for every candidate algorithm of every collective.
+    check_transfers(flows, [capacity[link] for route, _ in flows for link in route], caps)
     active = [(route, nbytes, i) for i, (route, nbytes) in enumerate(flows) if nbytes > 0 and route]
     now = 0.0
     remaining = {i: nbytes for _, nbytes, i in active}
@@ -272,15 +276,37 @@ def isolated_time(
         rates = max_min_rates([r for r, _, _ in active], capacity,
                               None if caps is None else [caps[i] for _, _, i in active],
                               None if weights is None else [weights[i] for _, _, i in active])
-        step = min(remaining[i] / rate for (_, _, i), rate in zip(active, rates, strict=True))
+        times = [remaining[i] / rate for (_, _, i), rate in zip(active, rates, strict=True)]
+        step = min(times)
         now += step
         still = []
-        for (route, nbytes, i), rate in zip(active, rates, strict=True):
+        for (route, nbytes, i), rate, t in zip(active, rates, times, strict=True):
+            # The flows whose own time is the step end now, whatever the float residue of
+            # remaining - rate * step (for 5e-324 bytes, step underflows to 0): every
+            # round ends at least one flow, so the loop runs at most len(flows) times.
+            if t <= step:
+                continue
             remaining[i] -= rate * step
             if remaining[i] > nbytes * 1e-12:
                 still.append((route, nbytes, i))
         active = still
     return now
+
+
+def check_transfers(flows: Sequence[tuple[tuple[int, ...], float]],
+                    capacity: Sequence[float] | None = None,
+                    caps: Sequence[float] | None = None) -> None:
+    """Raise ValueError unless every size is finite and >= 0 and every capacity and cap is
+    > 0 (a cap may be infinite): a NaN or infinite size would never finish."""
+    for route, nbytes in flows:
+        if not (math.isfinite(nbytes) and nbytes >= 0):
+            raise ValueError(f"a transfer must move a finite, non-negative number of bytes, "
+                             f"got {nbytes!r} over links {route}")
+    for name, values, inf_ok in (("link capacity", capacity, False), ("flow cap", caps, True)):
+        for value in values or ():
+            if not (value > 0 and (inf_ok or math.isfinite(value))):
+                raise ValueError(f"a {name} must be {'> 0' if inf_ok else 'finite and > 0'} "
+                                 f"bytes/s, got {value!r}")
 
 
 class FlowNetwork:
@@ -298,6 +324,7 @@ class FlowNetwork:
         self.env = env
         # Usable bytes/s per link: line rate unless the caller derates it (protocol overhead).
         self.capacity = list(capacity) if capacity is not None else [ln.bandwidth for ln in links]
+        check_transfers((), self.capacity)
         self._flows: dict[int, _Flow] = {}
         self._users: dict[int, dict[int, _Flow]] = {}  # link -> active flows on it, by id
         self._heap: list[tuple[float, int, int]] = []  # (finish, flow id, stamp)
@@ -320,6 +347,10 @@ class FlowNetwork:
         arrival time. ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing;
         ``weights`` gives per-link multiplicities (see ``max_min_rates``).
         """
+        check_transfers(transfers, None, [cap])
+        for w in weights or ():
+            if w is not None and not all(math.isfinite(x) and x > 0 for x in w):
+                raise ValueError(f"flow weights must be finite and > 0, got {w}")
         now = self.env.now
         batch = _Batch(self.env.event(), [now] * len(transfers), 0)
         flows = []
@@ -373,6 +404,9 @@ class FlowNetwork:
             flow.settle(now)
             flow.rate = rate
             flow.finish = now + max(flow.remaining, 0.0) / rate
+            if not math.isfinite(flow.finish):
+                raise ValueError(f"a flow of {flow.remaining:.6g} bytes at {rate:.6g} B/s would "
+                                 f"end at t={flow.finish}: sizes or bandwidths out of range")
             flow.stamp += 1
             heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
 
@@ -394,13 +428,17 @@ class FlowNetwork:
             return
         wake = self.env.timeout(max(top[0] - self.env.now, 0.0))
         version = self._version
-        wake.callbacks.append(lambda _event: self._on_wake(version))
+        due = top[0]
+        wake.callbacks.append(lambda _event: self._on_wake(version, due))
 
-    def _on_wake(self, version: int) -> None:
+    def _on_wake(self, version: int, due: float) -> None:
         if version != self._version:
             return  # superseded by a later start or finish
         now = self.env.now
-        horizon = now + abs(now) * _REL_EPS + _ABS_EPS
+        # The flow this wake was scheduled for ends now even when float rounding put
+        # ``now`` a hair before ``due``: every wake ends at least one flow, so the loop
+        # terminates for any finite sizes and rates.
+        horizon = max(now + abs(now) * _REL_EPS + _ABS_EPS, due)
         finished: list[_Flow] = []
         while (top := self._top()) is not None and top[0] <= horizon:
             heapq.heappop(self._heap)

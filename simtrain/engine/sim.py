@@ -11,6 +11,7 @@ never as a silent end.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -21,10 +22,40 @@ from simtrain.comm.model import CommModel, Lowered
 from simtrain.engine.network import Endpoint, Fabric, FlowNetwork, anchor, couple, relocate
 from simtrain.engine.taskgraph import Task, TaskGraph
 from simtrain.engine.timeline import FlowRecord, Span, Timeline
+from simtrain.engine.waits import diagnose
 
 
 class SimulationDeadlock(RuntimeError):
-    """The simulation ended with tasks that can never run; the message says who waits for whom."""
+    """The simulation ended with tasks that can never run; the message says who waits for whom.
+
+    ``timeline`` holds the spans that ran before the hang, ``blocked`` each blocked rank's
+    wait (rank -> (since when, what it waits in)) and ``at`` the time the step stalled, so
+    a report can still show the step up to the hang.
+    """
+
+    def __init__(self, message: str, *, timeline: Timeline | None = None,
+                 blocked: Mapping[int, tuple[float, str, str]] | None = None,
+                 at: float = 0.0) -> None:
+        super().__init__(message)
+        self.timeline = timeline
+        self.blocked = dict(blocked or {})
+        self.at = at
+        self.result: Any = None  # simulate() attaches the partial SimulationResult
+
+
+def stalled_timeline(exc: SimulationDeadlock, num_ranks: int) -> Timeline:
+    """The spans run before a deadlock, plus one span per blocked rank from when it last
+    worked to the stall: kind "hung" for a rank that stopped, "blocked" for its victims
+    (named after what they wait for), so a Gantt chart shows who stopped and who waits."""
+    timeline = Timeline(num_ranks=num_ranks)
+    if exc.timeline is not None:
+        timeline.spans.extend(exc.timeline.spans)
+        timeline.flows.extend(exc.timeline.flows)
+    for rank, (since, stream, what) in sorted(exc.blocked.items()):
+        kind = "hung" if what.startswith("stopped") else "blocked"
+        timeline.add(Span(rank, stream, kind, what, since, max(exc.at, since), 0.0, 0.0,
+                          {"deadlock": True}, -1))
+    return timeline
 
 
 class Executor:
@@ -48,6 +79,9 @@ class Executor:
         if interference < 0:
             raise ValueError(f"interference must be >= 0 (a fractional slowdown), got "
                              f"{interference}")
+        _check_times(hangs=hangs, delays=delays, slowdowns=slowdowns,
+                     collective_latency={0: collective_latency or 0.0},
+                     interference={0: interference})
         if graph.num_ranks > fabric.num_gpus:
             raise ValueError(
                 f"the task graph uses {graph.num_ranks} ranks but the cluster has only "
@@ -72,6 +106,8 @@ class Executor:
         self._group_deps: dict[int, dict[int, list[int]]] = {}
         self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.position: dict[tuple[int, str], Task | None] = {}
+        self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
+        self.blocked: dict[int, tuple[float, str, str]] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks)
 
     def run(self) -> Timeline:
@@ -81,32 +117,43 @@ class Executor:
         self.env.run()
         stuck = [t for t, ev in zip(self.graph.tasks, self.done, strict=True) if not ev.triggered]
         if stuck:
-            raise SimulationDeadlock(self._diagnose())
+            raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
+                                     blocked=self.blocked, at=self.env.now)
         # SimPy numbers every scheduled event from one counter; reading it once here keeps
         # the count off the per-event path.
         self.timeline.events = next(self.env._eid)
         return self.timeline
 
     def _relevant_deps(self, task: Task, rank: int) -> list[simpy.Event]:
-        """Dependencies ``rank`` must see before it can reach ``task``.
+        """Dependencies ``rank`` must see before it can reach ``task`` (not yet done)."""
+        done = self.done
+        return [done[d] for d in self._dep_ids(task, rank) if not done[d].triggered]
+
+    def _dep_ids(self, task: Task, rank: int) -> Sequence[int]:
+        """Ids of the dependencies ``rank`` waits for before it reaches ``task``.
 
         For a group task, a rank waits only for dependencies it takes part in; the others
-        are waited for by their own ranks before they arrive at the rendezvous. The split
-        is computed once per group task (its deps can be many: one per member rank).
+        are waited for by their own ranks before they arrive at the rendezvous. A
+        dependency on a task none of the members takes part in (a compute on a rank outside
+        the group) is waited for by every member, so the collective cannot start before
+        it; one on mirrored (virtual) ranks only never runs and is mirrored instead. The
+        split is computed once per group task (its deps can be many: one per member).
         """
         if len(task.ranks) == 1:
-            deps: Sequence[int] = task.deps
-        else:
-            per_rank = self._group_deps.get(task.id)
-            if per_rank is None:
-                per_rank = self._group_deps[task.id] = {}
-                members = set(task.ranks)
-                for dep in task.deps:
-                    for member in members.intersection(self.graph.tasks[dep].ranks):
-                        per_rank.setdefault(member, []).append(dep)
-            deps = per_rank.get(rank, ())
-        done = self.done
-        return [done[d] for d in deps if not done[d].triggered]
+            return task.deps
+        per_rank = self._group_deps.get(task.id)
+        if per_rank is None:
+            per_rank = self._group_deps[task.id] = {}
+            members = set(task.ranks)
+            virtual = self.graph.virtual
+            for dep in task.deps:
+                dep_ranks = self.graph.tasks[dep].ranks
+                inside = members.intersection(dep_ranks)
+                if not inside and not all(r in virtual for r in dep_ranks):
+                    inside = members
+                for member in inside:
+                    per_rank.setdefault(member, []).append(dep)
+        return per_rank.get(rank, ())
 
     def _stream(self, rank: int, stream: str, tasks: list[Task]) -> Generator[Any, Any, None]:
         env = self.env
@@ -122,6 +169,7 @@ class Executor:
             elif pending:
                 yield env.all_of(pending)
             if hang_at is not None and env.now >= hang_at:
+                self.stopped[(rank, stream)] = env.now
                 return  # a hung process issues nothing more, as with a dead NCCL rank
             if task.comm is None:
                 start = env.now
@@ -182,6 +230,8 @@ class Executor:
             change = self._comm_change.setdefault(rank, env.event())
             began = env.now
             yield env.any_of([env.timeout(remaining / rate), change])
+            if env.now == began and not change.triggered:
+                break  # what is left is below the clock's resolution at this time: done
             remaining -= (env.now - began) * rate
 
     def _comm_state(self, ranks: tuple[int, ...], delta: int) -> None:
@@ -250,33 +300,22 @@ class Executor:
                 for (path, nbytes), end in zip(routes, finish, strict=True) if path
             )
 
-    def _stuck_at(self, rank: int) -> str:
-        where = [
-            f"{stream}:{task.name}" for (r, stream), task in sorted(self.position.items())
-            if r == rank and task is not None and not self.done[task.id].triggered
-        ]
-        return ", ".join(where) or "nothing: it stopped issuing work"
-
     def _diagnose(self) -> str:
-        """Name the first blocked collective, the ranks waiting in it and the ranks missing."""
-        head = f"simulation deadlocked at t={self.env.now:.6g}s: "
-        blocked = [
-            (key, task) for key, task in sorted(self.position.items())
-            if task is not None and not self.done[task.id].triggered
-        ]
-        for (_rank, stream), task in blocked:
-            if task.comm is None or task.id not in self.arrivals:
-                continue
-            arrived = self.arrivals[task.id]
-            missing = "; ".join(
-                f"rank {r} (stuck at {self._stuck_at(r)})" for r in task.ranks if r not in arrived
-            )
-            return (
-                f"{head}{task.comm.op} {task.name!r} on stream {stream!r}: ranks "
-                f"{sorted(arrived)} wait since t={min(arrived.values()):.6g}s for {missing}"
-            )
-        cycle = "; ".join(f"rank {r} {s}: {t.name!r}" for (r, s), t in blocked[:8])
-        return f"{head}tasks wait on each other in a cycle: {cycle}"
+        """Name the ranks that stopped issuing work first, then the chain of waits behind."""
+        diagnosis = diagnose(self)
+        self.blocked = diagnosis.blocked
+        return diagnosis.message
+
+
+def _check_times(**tables: Mapping[int, float] | None) -> None:
+    """Raise ValueError unless every fault time, factor and latency is finite and >= 0:
+    a NaN or infinite time would make the step spin or never end."""
+    for name, table in tables.items():
+        for rank, value in (table or {}).items():
+            if not (math.isfinite(value) and value >= 0):
+                where = f" of rank {rank}" if name not in ("collective_latency",
+                                                           "interference") else ""
+                raise ValueError(f"{name}{where} must be a finite number >= 0, got {value!r}")
 
 
 def execute(

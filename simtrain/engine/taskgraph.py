@@ -9,9 +9,12 @@ tasks added before it, so the graph is acyclic by construction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from simtrain.limits import MAX_TASKS
 
 # Communication operations the engine can execute (see simtrain.comm for their algorithms).
 COMM_OPS = (
@@ -83,6 +86,11 @@ class TaskGraph:
         field(default_factory=dict, repr=False)
 
     def _add(self, task: Task) -> int:
+        if len(self.tasks) >= MAX_TASKS:
+            raise TaskGraphError(
+                f"the task graph exceeds {MAX_TASKS:,} tasks (about 600 bytes each while it is "
+                "built): use sim.granularity: layer or stage, fewer microbatches or layers, "
+                "or sim.fidelity: symmetric")
         for rank in task.ranks:
             if not 0 <= rank < self.num_ranks:
                 raise TaskGraphError(
@@ -112,8 +120,11 @@ class TaskGraph:
         meta: Mapping[str, Any] | None = None,
     ) -> int:
         """Add a compute task of ``duration`` seconds on ``rank``; returns its id."""
-        if duration < 0:
-            raise TaskGraphError(f"task {name!r} has negative duration {duration}")
+        if not (math.isfinite(duration) and duration >= 0):
+            raise TaskGraphError(f"task {name!r} needs a finite duration >= 0 s, got {duration}")
+        if not (math.isfinite(flops) and math.isfinite(nbytes)):
+            raise TaskGraphError(f"task {name!r} has non-finite FLOPs or bytes "
+                                 f"({flops}, {nbytes})")
         return self._add(
             Task(
                 id=len(self.tasks),
@@ -149,8 +160,8 @@ class TaskGraph:
         ``copies`` are identical unsimulated groups whose traffic shares the network."""
         if op not in COMM_OPS:
             raise TaskGraphError(f"unknown communication op {op!r}; known: {', '.join(COMM_OPS)}")
-        if nbytes < 0:
-            raise TaskGraphError(f"task {name!r} has negative size {nbytes}")
+        if not (math.isfinite(nbytes) and nbytes >= 0):
+            raise TaskGraphError(f"task {name!r} needs a finite size >= 0 bytes, got {nbytes}")
         group = tuple(ranks)
         if not group:
             raise TaskGraphError(f"task {name!r} has an empty group")
@@ -162,6 +173,8 @@ class TaskGraph:
                 raise TaskGraphError(
                     f"all_to_all_v {name!r} needs a {len(group)}x{len(group)} splits matrix")
             matrix = tuple(tuple(float(x) for x in row) for row in splits)
+            if not all(math.isfinite(x) and x >= 0 for row in matrix for x in row):
+                raise TaskGraphError(f"all_to_all_v {name!r}: splits must be finite bytes >= 0")
             nbytes = max(sum(row) for row in matrix)
         return self._add(
             Task(

@@ -57,6 +57,10 @@ KIND_COLORS: dict[str, str] = {
     "ep_comm": "#6a3d9a",
     "comm": "#fdae6b",
     "host": "#969696",
+    # A deadlocked step's report (simtrain.engine.sim.stalled_timeline): the rank that
+    # stopped in black, the ranks blocked behind it in pale grey.
+    "hung": "#000000",
+    "blocked": "#d9d9d9",
 }
 FALLBACK_COLOR = "#999999"
 KIND_ORDER: tuple[str, ...] = COMPUTE_KINDS + HOST_KINDS + COMM_KINDS

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
@@ -87,13 +88,17 @@ class DaskExecutor:
 
     Needs the ``dask`` extra (``pip install 'simtrain[dask]'``); the workers need simtrain
     installed too. A local cluster has ``workers`` single-threaded processes (default: one
-    per core); ``processes=False`` runs them as threads of this process (tests).
+    per core); ``processes=False`` runs them as threads of this process (tests). When the
+    scheduler has had no worker for ``no_worker_timeout`` seconds while points are pending
+    (the last worker died), ``imap_unordered`` raises RuntimeError instead of waiting
+    forever: Dask itself would hold the tasks until a worker joins.
     """
 
     name = "dask"
 
     def __init__(self, address: str | None = None, workers: int | None = None, *,
-                 processes: bool = True) -> None:
+                 processes: bool = True, no_worker_timeout: float = 60.0,
+                 poll_s: float = 1.0) -> None:
         try:
             from distributed import Client, LocalCluster
         except ImportError:
@@ -110,17 +115,40 @@ class DaskExecutor:
         info = self._client.scheduler_info()
         threads = sum(w.get("nthreads", 1) for w in info.get("workers", {}).values())
         self.workers = max(threads, 1)
+        self.no_worker_timeout = no_worker_timeout
+        self.poll_s = poll_s
 
     def imap_unordered(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]
                        ) -> Iterator[Any]:
-        from distributed import as_completed
+        from distributed import wait as dask_wait
 
-        futures = [self._client.submit(fn, *a, pure=False) for a in args]
+        pending = {self._client.submit(fn, *a, pure=False) for a in args}
+        alone_since: float | None = None  # when the scheduler was last seen without workers
         try:
-            for future in as_completed(futures):
-                yield future.result()
+            while pending:
+                try:
+                    done, pending = dask_wait(pending, timeout=self.poll_s,
+                                              return_when="FIRST_COMPLETED")
+                except TimeoutError:  # distributed raises on timeout instead of returning
+                    done = set()
+                for future in done:
+                    yield future.result()
+                if done or not pending:
+                    alone_since = None
+                    continue
+                if self._client.scheduler_info().get("workers"):
+                    alone_since = None
+                    continue
+                now = time.monotonic()
+                alone_since = now if alone_since is None else alone_since
+                if now - alone_since >= self.no_worker_timeout:
+                    raise RuntimeError(
+                        f"the Dask scheduler has had no workers for "
+                        f"{self.no_worker_timeout:g} s and {len(pending)} batches are still "
+                        "pending (did the last worker die?); start workers and rerun the "
+                        "sweep (finished points are kept), or use --executor local")
         finally:
-            self._client.cancel([f for f in futures if not f.done()])
+            self._client.cancel([f for f in pending if not f.done()])
 
     def close(self) -> None:
         self._client.close()

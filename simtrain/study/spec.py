@@ -21,8 +21,8 @@ axis values, so a resumed sweep recognises exactly the points it has already run
 
 from __future__ import annotations
 
+import difflib
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -32,13 +32,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
-
 from simtrain.errors import ScenarioError
+from simtrain.yamlfile import read_file
 
 MAX_POINTS = 1_000_000  # a range or grid larger than this is surely a typo
+# Numeric summary keys a sweep can rank by (tests/study/test_spec.py checks each against a
+# real summary), and the flattened groups such as exposed_comm_by_kind.dp_comm.
+OBJECTIVE_METRICS = (
+    "step_time_s", "tokens_per_s", "mfu", "hfu", "compute_s", "comm_s", "exposed_comm_s",
+    "comm_bytes_per_gpu", "bubble_s", "bubble_fraction", "peak_memory_gib", "num_gpus",
+    "tokens_per_step", "model_flops_per_step", "hardware_flops_per_step", "parameters",
+    "micro_batches", "tasks",
+)
+OBJECTIVE_PREFIXES = ("exposed_comm_by_kind.", "memory_breakdown.", "parallelism.")
 _TOP_KEYS = ("name", "description", "base", "axes", "zip", "objective")
 
 
@@ -149,8 +155,8 @@ def expand_range(spec: Mapping[str, Any]) -> list[Any]:
     start, stop = spec["start"], spec["stop"]
     by = spec.get("step", spec.get("mul"))
     for name, v in (("start", start), ("stop", stop), ("step" if "step" in spec else "mul", by)):
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ValueError(f"range {name} must be a number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"range {name} must be a finite number, got {v!r}")
     exact = all(isinstance(v, int) for v in (start, by))
     tol = 1e-9 * max(abs(start), abs(stop), 1)
     values: list[Any] = []
@@ -188,23 +194,35 @@ def load_sweep(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
         path = Path(source)
         label, name, folder = str(path), path.stem, path.parent
         data = _read_yaml(path, lines)
-    err = ScenarioError
-    unknown = sorted(set(data) - set(_TOP_KEYS))
+    def err(message: str, key: str | None = None) -> ScenarioError:
+        return ScenarioError(message, source=label, line=lines.get(f"/{key}") if key else None,
+                             field=key)
+
+    unknown = sorted(str(k) for k in set(data) - set(_TOP_KEYS))
     if unknown:
         raise err(f"unknown key(s) {', '.join(unknown)}; a sweep file has: "
-                  f"{', '.join(_TOP_KEYS)}", source=label)
+                  f"{', '.join(_TOP_KEYS)}", unknown[0])
     if "base" not in data:
         raise err("missing 'base': give a scenario path (relative to the sweep file) or an "
-                  "inline scenario mapping", source=label)
-    base, base_path = _read_base(data["base"], folder, label)
+                  "inline scenario mapping")
+    try:
+        base, base_path = _read_base(data["base"], folder, label)
+    except ScenarioError as exc:
+        if exc.source != label:
+            raise  # an error inside the base scenario file names that file
+        raise err(exc.message, "base") from None
+    try:
+        objective = _objective(data.get("objective"), label)
+    except ScenarioError as exc:
+        raise err(exc.message, "objective") from None
     dims: list[dict[str, list[Any]]] = []
     spec = SweepSpec(str(data.get("name") or name), base, dims, base_path, label,
-                     _objective(data.get("objective"), label), lines)
+                     objective, lines)
     for section in (k for k in data if k in ("axes", "zip")):  # file order = grid order
         dims.extend(_section_dims(spec, section, data[section]))
     if not dims:
         raise err("no axes: add 'axes' (a grid) or 'zip' groups, e.g. axes: "
-                  "{model.num_layers: [2, 4]}", source=label)
+                  "{model.num_layers: [2, 4]}", "axes" if "axes" in data else None)
     seen: set[str] = set()
     for key in spec.axes:
         if key in seen:
@@ -214,29 +232,30 @@ def load_sweep(source: str | Path | Mapping[str, Any], base_dir: Path | None = N
             raise spec.error(key, "an axis key is a dotted scenario key such as "
                              "parallelism.ddp.bucket_cap_mb")
     if len(spec) > MAX_POINTS:
-        raise err(f"{len(spec):,} points exceed {MAX_POINTS:,}; shrink the axes", source=label)
+        raise err(f"{len(spec):,} points exceed {MAX_POINTS:,}; shrink the axes", "axes")
     return spec
 
 
 def _section_dims(spec: SweepSpec, section: str, raw: Any) -> list[dict[str, list[Any]]]:
     """Dimensions of an ``axes`` mapping (one per axis) or a ``zip`` list (one per group)."""
-    err = ScenarioError
+    def err(message: str) -> ScenarioError:
+        return ScenarioError(message, source=spec.source, line=spec.lines.get(f"/{section}"),
+                             field=section)
+
     if raw is None:
         return []
     if section == "axes":
         if not isinstance(raw, Mapping):
             raise err("'axes' must map dotted scenario keys to lists or ranges, e.g. "
-                      "cluster.nodes: [1, 2, 4]", source=spec.source)
+                      "cluster.nodes: [1, 2, 4]")
         return [{str(key): _values(spec, str(key), values)} for key, values in raw.items()]
     groups = [raw] if isinstance(raw, Mapping) else raw
     if not isinstance(groups, list):
-        raise err("'zip' must be a list of groups, each mapping axes to equal-length lists",
-                  source=spec.source)
+        raise err("'zip' must be a list of groups, each mapping axes to equal-length lists")
     dims = []
     for group in groups:
         if not isinstance(group, Mapping) or not group:
-            raise err("each 'zip' group must map axis keys to lists of equal length",
-                      source=spec.source)
+            raise err("each 'zip' group must map axis keys to lists of equal length")
         dim = {str(k): _values(spec, str(k), v) for k, v in group.items()}
         lengths = {k: len(v) for k, v in dim.items()}
         if len(set(lengths.values())) > 1:
@@ -269,7 +288,22 @@ def _objective(raw: Any, label: str) -> Objective:
             or raw.get("goal", "min") not in ("min", "max"):
         raise ScenarioError("objective must be {metric: SUMMARY_KEY, goal: min|max}, e.g. "
                             "{metric: tokens_per_s, goal: max}", source=label)
-    return Objective(str(raw.get("metric", "step_time_s")), raw.get("goal", "min"))
+    metric = str(raw.get("metric", "step_time_s"))
+    if not is_objective_metric(metric):
+        close = difflib.get_close_matches(metric, OBJECTIVE_METRICS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ScenarioError(f"objective metric {metric!r} is not a summary number; {hint}"
+                            f"expected one of: {', '.join(OBJECTIVE_METRICS)}, or "
+                            f"{', '.join(p + '<key>' for p in OBJECTIVE_PREFIXES)}",
+                            source=label)
+    return Objective(metric, raw.get("goal", "min"))
+
+
+def is_objective_metric(metric: str) -> bool:
+    """Whether ``metric`` names a numeric column of the results table."""
+    if metric in OBJECTIVE_METRICS:
+        return True
+    return any(metric.startswith(p) and len(metric) > len(p) for p in OBJECTIVE_PREFIXES)
 
 
 def _read_base(raw: Any, folder: Path, label: str) -> tuple[dict[str, Any], Path | None]:
@@ -281,34 +315,27 @@ def _read_base(raw: Any, folder: Path, label: str) -> tuple[dict[str, Any], Path
         raise ScenarioError(f"'base' must be a scenario path or mapping, got {raw!r}",
                             source=label)
     path = Path(os.path.normpath(folder / raw))
-    base = _read_yaml(path, {})
+    base = _read_yaml(path, {}, "file")
     base.setdefault("name", path.stem)
     return base, path
 
 
-def _read_yaml(path: Path, lines: dict[str, int]) -> dict[str, Any]:
-    """Plain data of a YAML mapping; records the line of each ``axes``/``zip`` key."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"cannot read file: {exc.strerror}", source=str(path)) from None
-    try:
-        node = YAML(typ="rt").load(io.StringIO(text))
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        raise ScenarioError(f"not valid YAML: {exc.problem}", source=str(path),
-                            line=mark.line + 1 if mark else None) from None
-    if not isinstance(node, CommentedMap):
+def _read_yaml(path: Path, lines: dict[str, int], what: str = "sweep file"
+               ) -> dict[str, Any]:
+    """Plain data of a YAML mapping; records the line of each top-level key and of each
+    ``axes``/``zip`` axis key (by the axis key) in ``lines``."""
+    doc = read_file(path, what)
+    if not isinstance(doc.data, dict):
         raise ScenarioError("expected a mapping at the top level", source=str(path), line=1)
-    for section in ("axes", "zip"):
-        groups = node.get(section)
-        groups = [groups] if isinstance(groups, CommentedMap) else groups
-        for group in groups if isinstance(groups, CommentedSeq | list) else []:
-            if isinstance(group, CommentedMap):
-                lines.update({str(k): group.lc.key(k)[0] + 1 for k in group})
-    out = _plain(node)
-    assert isinstance(out, dict)
-    return out
+    for key, line in doc.lines.items():
+        if len(key) == 1:
+            lines[f"/{key[0]}"] = line  # top-level keys, "/" so they never clash with axes
+        elif key[0] == "axes" and len(key) == 2:
+            lines[str(key[1])] = line
+        elif key[0] == "zip" and (len(key) == 2 and isinstance(key[1], str)
+                                  or len(key) == 3 and isinstance(key[1], int)):
+            lines[str(key[-1])] = line
+    return doc.data
 
 
 def _plain(node: Any) -> Any:

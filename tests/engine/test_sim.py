@@ -53,9 +53,13 @@ def test_hang_is_diagnosed_not_silent(star_fabric):
     with pytest.raises(SimulationDeadlock) as err:
         execute(g, star_fabric(3, 1e9, 0.0), hangs={2: 0.5})
     msg = str(err.value)
-    assert "all_reduce 'grads'" in msg
-    assert "ranks [0, 1] wait since t=1s" in msg
-    assert "rank 2" in msg
+    # the hung rank first, then who waits for it and where
+    assert msg.index("rank 2 stopped issuing work") < msg.index("rank 0")
+    assert "hung from t=0.5s" in msg
+    assert "2 ranks wait on it" in msg
+    assert "rank 0 waits since t=1s in all_reduce 'grads'" in msg
+    assert err.value.blocked[2][2].startswith("stopped")
+    assert err.value.blocked[0][0] == pytest.approx(1.0)  # idle since its compute ended
 
 
 def test_without_the_hang_the_same_graph_completes(star_fabric):
@@ -107,3 +111,78 @@ def test_compute_slows_while_a_collective_runs_on_the_rank(star_fabric):
     assert slowed["gemm"].end == pytest.approx(10.8)
     with pytest.raises(ValueError, match="interference must be >= 0"):
         execute(build(), fabric, interference=-0.1)
+
+
+def test_collective_waits_for_a_dependency_on_a_rank_outside_its_group(star_fabric):
+    # The all-reduce over ranks 1 and 2 depends on a 3 s compute on rank 0, which is not
+    # in the group. It used to start at t = 0 (the dependency silently dropped); it must
+    # start when the compute ends, t = 3 s, on both members.
+    g = TaskGraph(3)
+    c = g.compute(0, "outside", 3.0)
+    g.collective("all_reduce", (1, 2), 1e6, "ar", deps=[c])
+    spans = [s for s in execute(g, star_fabric(3, 1e9, 0.0)) if s.name == "ar"]
+    assert sorted(s.rank for s in spans) == [1, 2]
+    assert all(s.start == pytest.approx(3.0) for s in spans)
+
+
+def test_chain_of_waits_names_the_hung_rank_first(star_fabric):
+    # A three-stage pipeline 0 -> 1 -> 2 plus an all-reduce of ranks 0 and 2. Rank 1 hangs
+    # at t = 0: rank 2 waits for its activation; rank 0 waits in the all-reduce for rank 2.
+    # The first blocked collective (the all-reduce) names rank 2, who is only a victim:
+    # the diagnosis must name rank 1 first and show the chain 0 -> 2 -> 1.
+    g = TaskGraph(3)
+    f0 = g.compute(0, "f0", 1.0)
+    s01 = g.send_recv(0, 1, 1e3, "act 0>1", deps=[f0], stream="p01")
+    f1 = g.compute(1, "f1", 1.0, deps=[s01])
+    s12 = g.send_recv(1, 2, 1e3, "act 1>2", deps=[f1], stream="p12")
+    f2 = g.compute(2, "f2", 1.0, deps=[s12])
+    g.collective("all_reduce", (0, 2), 1e3, "grads", deps=[f0, f2], stream="dp")
+    with pytest.raises(SimulationDeadlock) as err:
+        execute(g, star_fabric(3, 1e9, 0.0), hangs={1: 0.0})
+    msg = str(err.value)
+    assert msg.index("rank 1 stopped issuing work") < msg.index("rank 0")
+    assert "rank 0 waits since t=1s in all_reduce 'grads' (stream 'dp') for rank 2" in msg
+    assert "rank 2 needs send_recv 'act 1>2' from rank 1" in msg
+    assert set(err.value.blocked) == {0, 1, 2}
+
+
+def test_non_finite_fault_times_are_errors(star_fabric):
+    g = TaskGraph(2)
+    g.compute(0, "a", 1.0)
+    for kwargs in ({"hangs": {0: float("nan")}}, {"delays": {1: float("inf")}},
+                   {"slowdowns": {0: float("nan")}}, {"collective_latency": float("inf")}):
+        with pytest.raises(ValueError, match="finite"):
+            execute(g, star_fabric(2, 1e9, 0.0), **kwargs)
+
+
+@pytest.mark.parametrize("duration", [float("inf"), float("nan"), -1.0])
+def test_non_finite_durations_and_sizes_are_graph_errors(duration):
+    g = TaskGraph(2)
+    with pytest.raises(TaskGraphError, match="finite"):
+        g.compute(0, "a", duration)
+    with pytest.raises(TaskGraphError, match="finite"):
+        g.collective("all_reduce", (0, 1), duration, "ar")
+
+
+def test_interference_terminates_when_the_residue_is_below_the_clock_resolution(star_fabric):
+    # A rank that starts 10 s late (a straggler) computes while its all-reduce runs. At
+    # t ~ 10 s a double resolves ~2e-15 s, so a float residue of the remaining compute
+    # below that made timeout(residue) a no-op and the loop spun forever.
+    g = TaskGraph(2)
+    a = [g.compute(r, "a", 1e-3) for r in range(2)]
+    g.collective("all_reduce", (0, 1), 1e8, "ar", deps=a)
+    for r in range(2):
+        g.compute(r, "b", 0.3e-3, deps=[a[r]])
+    tl = execute(g, star_fabric(2, 1e9, 0.0), delays={1: 10.0}, interference=0.3)
+    assert tl.end > 10.0
+
+
+def test_a_graph_beyond_the_task_limit_is_refused(monkeypatch):
+    import simtrain.engine.taskgraph as taskgraph
+
+    monkeypatch.setattr(taskgraph, "MAX_TASKS", 3)
+    g = TaskGraph(1)
+    for i in range(3):
+        g.compute(0, f"t{i}", 1.0)
+    with pytest.raises(TaskGraphError, match="exceeds 3 tasks"):
+        g.compute(0, "one too many", 1.0)
