@@ -346,17 +346,30 @@ def _yaml_text(path: Path) -> str | None:
         return None
 
 
-@app.command()
-def presets() -> None:
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  simtrain presets\n\n"
+        "  simtrain presets --json"
+    )
+)
+def presets(as_json: JsonOption = False, quiet: QuietOption = False) -> None:
     """List the cluster, model and GPU presets a scenario can name."""
     from simtrain.hardware.gpus import GPUS
     from simtrain.hardware.topology import CLUSTER_PRESETS
     from simtrain.workload.model import MODEL_PRESETS
 
+    lists = {"clusters": sorted(CLUSTER_PRESETS), "models": sorted(MODEL_PRESETS),
+             "gpus": sorted(GPUS)}
+    if as_json:
+        sys.stdout.write(json.dumps(lists, indent=2) + "\n")
+        return
+    if quiet:
+        return
     out = Console()
-    for title, names in (("cluster presets", CLUSTER_PRESETS), ("model presets", MODEL_PRESETS),
-                         ("GPUs", GPUS)):
-        out.print(f"[bold]{title}:[/] {', '.join(sorted(names))}")
+    for title, key in (("cluster presets", "clusters"), ("model presets", "models"),
+                       ("GPUs", "gpus")):
+        out.print(f"[bold]{title}:[/] {', '.join(lists[key])}")
 
 
 def _register_extensions() -> None:

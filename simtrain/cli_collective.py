@@ -38,6 +38,8 @@ def collective(
     backend: Annotated[str | None, typer.Option(help="nccl, gloo, mpi or ideal")] = None,
     protocol: Annotated[str | None, typer.Option(help="auto, LL, LL128 or Simple")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors "
+                                                             "(exit status only)")] = False,
 ) -> None:
     """Time one collective over message sizes, as nccl-tests does: time, algbw, busbw."""
     from simtrain.comm.config import CommConfig
@@ -64,11 +66,13 @@ def collective(
         ranks = tuple(range(group)) if op != "send_recv" else (0, group - 1)
         message_sizes = sizes(_size(min_bytes), _size(max_bytes), factor)
         model = comm_cfg.build(built, built.gpu_spec.arch)
-        rows = [r for r in run_sweep(built, model, op, ranks, message_sizes, algorithm)]
+        rows = list(run_sweep(built, model, op, ranks, message_sizes, algorithm))
     except ValueError as exc:  # ScenarioError, AlgorithmError and pydantic's errors
         raise fail(" ".join(str(exc).split("\n"))) from None
     if as_json:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+        return
+    if quiet:
         return
     table = Table(title=f"{op} · {group} × {built.gpu_spec.name} · {model.backend.name}")
     for column in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "protocol"):

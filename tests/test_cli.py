@@ -149,3 +149,23 @@ def test_run_report_header_names_the_scenario(tmp_path):
     for section in ('id="gantt-chart"', 'id="critical-path-table"', 'id="topology-chart"',
                     'id="memory-chart"'):
         assert section in html, section
+
+
+def test_presets_json_lists_and_quiet_prints_nothing():
+    result = runner.invoke(app, ["presets", "--json"])
+    assert result.exit_code == 0, result.output
+    lists = json.loads(result.stdout)
+    assert set(lists) == {"clusters", "models", "gpus"}
+    assert "dgx-h100" in lists["clusters"] and "llama3-70b" in lists["models"]
+    quiet = runner.invoke(app, ["presets", "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stdout == ""
+
+
+def test_every_command_has_json_and_quiet():
+    # The README promises "--json and --quiet for scripts" on every command.
+    import typer.main
+
+    group = typer.main.get_command(app)
+    missing = {name: flags for name, cmd in group.commands.items()  # type: ignore[attr-defined]
+               if (flags := {"--json", "--quiet"} - {o for p in cmd.params for o in p.opts})}
+    assert missing == {}
