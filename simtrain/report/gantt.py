@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, HOST_KINDS, Span, Timeline
+from simtrain.engine.timeline import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    HOST_KINDS,
+    Span,
+    SpanKind,
+    Timeline,
+    merge_intervals,
+)
 from simtrain.report.rows import (
     GPUS_PER_NODE,
     ServerOf,
@@ -35,28 +43,29 @@ from simtrain.units import fmt_bytes, fmt_seconds
 
 # Row selection lives in rows.py; these names stay importable from here.
 __all__ = [
-    "AGGREGATE_ABOVE", "AGGREGATE_BINS", "CRITICAL_PATH_COLOR", "CRITICAL_PATH_NAME",
-    "DEFAULT_MAX_ROWS", "FALLBACK_COLOR", "GPUS_PER_NODE", "HOVER_TEMPLATE", "KIND_COLORS",
-    "KIND_ORDER", "ServerOf", "all_ranks", "default_server_of", "fmt_flops", "gantt_figure",
-    "hover_fields", "kind_color", "order_ranks", "ordered_kinds", "rank_labels",
+    "AGGREGATE_ABOVE", "AGGREGATE_BINS", "BUBBLE_NAME", "CRITICAL_PATH_COLOR",
+    "CRITICAL_PATH_NAME", "DEFAULT_MAX_ROWS", "FALLBACK_COLOR", "GPUS_PER_NODE",
+    "HOVER_TEMPLATE", "IDLE_NAME", "KIND_COLORS", "KIND_ORDER", "MICROBATCH_NAME", "ServerOf",
+    "all_ranks", "default_server_of", "fmt_flops", "gantt_figure", "hover_fields",
+    "kind_color", "order_ranks", "ordered_kinds", "plural", "rank_labels",
     "representative_ranks", "role_representatives", "stream_sort_key", "subset_note",
 ]
 
 
 # Compute kinds in blues/greens, communication kinds in oranges/reds/purples.
 KIND_COLORS: dict[str, str] = {
-    "forward": "#6baed6",
-    "backward": "#2171b5",
-    "recompute": "#17becf",
-    "optimizer": "#31a354",
-    "compute": "#74c476",
-    "dp_comm": "#fd8d3c",
-    "tp_comm": "#d62728",
-    "cp_comm": "#9467bd",
-    "pp_comm": "#e7298a",
-    "ep_comm": "#6a3d9a",
-    "comm": "#fdae6b",
-    "host": "#969696",
+    SpanKind.FORWARD: "#6baed6",
+    SpanKind.BACKWARD: "#2171b5",
+    SpanKind.RECOMPUTE: "#17becf",
+    SpanKind.OPTIMIZER: "#31a354",
+    SpanKind.COMPUTE: "#74c476",
+    SpanKind.DP_COMM: "#fd8d3c",
+    SpanKind.TP_COMM: "#d62728",
+    SpanKind.CP_COMM: "#9467bd",
+    SpanKind.PP_COMM: "#e7298a",
+    SpanKind.EP_COMM: "#6a3d9a",
+    SpanKind.COMM: "#fdae6b",
+    SpanKind.HOST: "#969696",
 }
 FALLBACK_COLOR = "#999999"
 KIND_ORDER: tuple[str, ...] = COMPUTE_KINDS + HOST_KINDS + COMM_KINDS
@@ -67,6 +76,20 @@ AGGREGATE_ABOVE = 5000
 AGGREGATE_BINS = 600
 CRITICAL_PATH_NAME = "critical path"
 CRITICAL_PATH_COLOR = "#111111"
+# Bars fill the middle of a row; the critical path is a strip just below them, so it never
+# covers a bar (a thin collective stays its own colour and keeps its hover).
+BAR_WIDTH = 0.72
+STRIP_OFFSET = BAR_WIDTH / 2 + 0.02
+STRIP_WIDTH = 0.16
+# Idle time (no span on any of the rank's streams) is shaded on the compute row when a
+# gap is at least this share of the step: the pipeline bubble in a pipelined job, waits
+# for late peers (stragglers, slower stages) in any job.
+BUBBLE_NAME = "pipeline bubble (idle)"
+IDLE_NAME = "idle (waiting for peers)"
+IDLE_COLOR = "rgba(150,150,150,0.35)"
+IDLE_MIN_SHARE = 1 / 400
+MICROBATCH_NAME = "microbatch ids"
+LEGEND_ROW_PX = 22
 
 # customdata columns: name, kind, start, duration, bytes line, flops line, meta lines.
 HOVER_TEMPLATE = (
@@ -87,8 +110,8 @@ def kind_color(kind: str) -> str:
 def ordered_kinds(kinds: Iterable[str]) -> list[str]:
     """Kinds in palette order (compute first, then comm), unknown kinds last, alphabetically."""
     present = set(kinds)
-    known = [k for k in KIND_ORDER if k in present]
-    return known + sorted(present - set(KIND_ORDER))
+    known = [str(k) for k in KIND_ORDER if k in present]
+    return known + sorted(str(k) for k in present - set(KIND_ORDER))
 
 
 def fmt_flops(flops: float) -> str:
@@ -232,6 +255,12 @@ def gantt_figure(
 
     fig = go.Figure()
     visible_flags: list[bool] = []
+    pipelined = any(s.kind == SpanKind.PP_COMM for s in timeline.spans)
+    step = timeline.end or 1.0
+    for level, kb in sorted(_idle_bars(timeline, rows, row_label, level_of, step).items()):
+        fig.add_trace(_idle_trace(kb, BUBBLE_NAME if pipelined else IDLE_NAME,
+                                  showlegend=level == 0, visible=level == 0))
+        visible_flags.append(level == 0)
     for level in (0, 1) if two_levels else (0,):
         for kind in ordered_kinds(k for lv, k in bars if lv == level):
             kb = bars[(level, kind)]
@@ -242,11 +271,15 @@ def gantt_figure(
     # around a burst of thin bars instead of painting each of them black.
     crit = _highlight_bars(highlight, row_label, level_of, (timeline.end or 1.0) / 150)
     for level, kb in sorted(crit.items()):
-        trace = _bar_trace(CRITICAL_PATH_NAME, kb, "rgba(0,0,0,0)", legendgroup="critical",
+        trace = _bar_trace(CRITICAL_PATH_NAME, kb, CRITICAL_PATH_COLOR, legendgroup="critical",
                            showlegend=level == 0, visible=level == 0)
-        trace.marker.line = {"width": 1.6, "color": CRITICAL_PATH_COLOR}
+        trace.update(width=STRIP_WIDTH, offset=STRIP_OFFSET)
         fig.add_trace(trace)
         visible_flags.append(level == 0)
+    if pipelined and not aggregate:
+        for level, kb in sorted(_microbatch_bars(per_row, row_label, level_of).items()):
+            fig.add_trace(_label_trace(kb, showlegend=level == 0, visible=level == 0))
+            visible_flags.append(level == 0)
 
     full_title = title
     rows0 = [row_label[r] for r in rows if level_of[r] == 0]
@@ -260,15 +293,20 @@ def gantt_figure(
         full_title = f"{title} — {note}" if title else note
     if aggregate:
         full_title += " · small spans aggregated"
+    # The legend may only use the plot area (height less the top and bottom margins).
+    legend_rows = sum(1 for tr in fig.data if tr.showlegend is not False) + 1  # + title
+    top = 80 if two_levels else 60
+    min_height = LEGEND_ROW_PX * legend_rows + top + 50 + 20
     fig.update_layout(
         title={"text": html.escape(full_title)},
         template="plotly_white",
         barmode="overlay",
         dragmode="zoom",
         hovermode="closest",
-        height=_height(len(rows0)),
-        margin={"l": 10, "r": 10, "t": 80 if two_levels else 60, "b": 50},
-        legend={"title": {"text": "kind"}},
+        height=_height(len(rows0), min_height),
+        margin={"l": 10, "r": 10, "t": top, "b": 50},
+        legend={"title": {"text": "kind"}, "tracegroupgap": 0},
+        uniformtext={"mode": "hide", "minsize": 8},
         xaxis={"title": {"text": "time (ms)"}, "rangemode": "tozero"},
         yaxis={
             "type": "category",
@@ -285,20 +323,99 @@ def gantt_figure(
             "type": "dropdown", "direction": "down", "x": 1.0, "xanchor": "right",
             "y": 1.0, "yanchor": "bottom", "showactive": True,
             "buttons": [
-                {"label": f"{len(reps)} representative ranks", "method": "update",
+                {"label": plural(len(reps), "representative rank"), "method": "update",
                  "args": [{"visible": visible_flags},
-                          {"yaxis.categoryarray": rows0, "height": _height(len(rows0))}]},
-                {"label": f"{shown} ranks", "method": "update",
+                          {"yaxis.categoryarray": rows0,
+                           "height": _height(len(rows0), min_height)}]},
+                {"label": plural(shown, "rank"), "method": "update",
                  "args": [{"visible": [True] * len(visible_flags)},
                           {"yaxis.categoryarray": categories,
-                           "height": _height(len(categories))}]},
+                           "height": _height(len(categories), min_height)}]},
             ],
         }])
     return fig
 
 
-def _height(rows: int) -> int:
-    return max(300, 22 * rows + 160)
+def _height(rows: int, at_least: int = 300) -> int:
+    """Figure height: 22 px per row, and never less than the legend needs (else plotly
+    hides the last legend entries behind a scroll bar)."""
+    return max(300, at_least, 22 * rows + 160)
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 rank``, ``2 ranks`` (nouns here take a plain -s)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def _idle_bars(timeline: Timeline, rows: Sequence[tuple[int, str]],
+               row_label: dict[tuple[int, str], str], level_of: dict[tuple[int, str], int],
+               step: float) -> dict[int, _KindBars]:
+    """Gaps in [0, step] when a drawn rank runs nothing on any stream, on its compute row."""
+    compute_row: dict[int, tuple[int, str]] = {}
+    for row in rows:
+        if row[1].startswith("compute"):
+            compute_row.setdefault(row[0], row)
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for s in timeline.spans:
+        if s.rank in compute_row:
+            busy.setdefault(s.rank, []).append((s.start, s.end))
+    out: dict[int, _KindBars] = {}
+    for rank, row in compute_row.items():
+        t = 0.0
+        gaps = []
+        for start, end in merge_intervals(busy.get(rank, [])) + [(step, step)]:
+            if start - t >= step * IDLE_MIN_SHARE:
+                gaps.append((t, start))
+            t = max(t, end)
+        for start, end in gaps:
+            custom = ("idle: no kernel on any stream", "idle", fmt_seconds(start),
+                      fmt_seconds(end - start), "", "", "")
+            out.setdefault(level_of[row], _KindBars()).add(row_label[row], start, end, custom)
+    return out
+
+
+def _idle_trace(kb: _KindBars, name: str, **kw: Any) -> go.Bar:
+    trace = _bar_trace(name, kb, IDLE_COLOR, legendgroup="idle", **kw)
+    trace.marker.pattern = {"shape": "/", "fgcolor": "#888", "size": 6, "solidity": 0.15}
+    trace.update(hovertemplate=f"<b>{html.escape(name)}</b><br>start: %{{customdata[2]}}"
+                 "<br>duration: %{customdata[3]}<extra>%{y}</extra>")
+    return trace
+
+
+def _microbatch_bars(per_row: dict[tuple[int, str], list[Span]],
+                     row_label: dict[tuple[int, str], str],
+                     level_of: dict[tuple[int, str], int]) -> dict[int, _KindBars]:
+    """One labelled block per run of a microbatch's forward (F3) or backward (B3) on a
+    compute row; plotly shows a label only where it fits (``uniformtext``)."""
+    out: dict[int, _KindBars] = {}
+    phase = {SpanKind.FORWARD: "F", SpanKind.BACKWARD: "B", SpanKind.RECOMPUTE: "R"}
+    for row, spans in per_row.items():
+        if not row[1].startswith("compute"):
+            continue
+        runs: list[tuple[str, float, float]] = []
+        for s in sorted(spans, key=lambda s: s.start):
+            mb = s.meta.get("microbatch")
+            if s.kind not in phase or mb is None:
+                continue
+            chunk = s.meta.get("chunk", 0)
+            label = f"{phase[SpanKind(s.kind)]}{mb}" + (f".{chunk}" if chunk else "")
+            if runs and runs[-1][0] == label:
+                runs[-1] = (label, runs[-1][1], s.end)
+            else:
+                runs.append((label, s.start, s.end))
+        for label, start, end in runs:
+            out.setdefault(level_of[row], _KindBars()).add(
+                row_label[row], start, end, (label, "", "", "", "", "", ""))
+    return out
+
+
+def _label_trace(kb: _KindBars, **kw: Any) -> go.Bar:
+    """Transparent bars that only carry text; they take no hover (the bars below keep it)."""
+    trace = _bar_trace(MICROBATCH_NAME, kb, "rgba(0,0,0,0)", legendgroup="microbatch", **kw)
+    trace.update(text=[c[0] for c in kb.custom], textposition="inside",
+                 insidetextanchor="middle", textfont={"color": "#ffffff", "size": 11},
+                 hoverinfo="skip", hovertemplate=None, customdata=None)
+    return trace
 
 
 def _bar_trace(name: str, kb: _KindBars, color: str, **kw: Any) -> go.Bar:
@@ -308,7 +425,7 @@ def _bar_trace(name: str, kb: _KindBars, color: str, **kw: Any) -> go.Bar:
         base=np.array(kb.base, dtype=float),
         x=np.array(kb.length, dtype=float),
         orientation="h",
-        width=0.8,
+        width=BAR_WIDTH,
         marker={"color": color, "line": {"width": 0}},
         customdata=np.array(kb.custom, dtype=object),
         hovertemplate=HOVER_TEMPLATE,
