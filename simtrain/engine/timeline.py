@@ -9,7 +9,6 @@ from enum import StrEnum
 from typing import Any
 
 
-
 class SpanKind(StrEnum):
     """What a span's time was spent on: the one list of span kinds (colours, breakdowns,
     critical-path shares and the trace all read it). Members equal their strings, so a

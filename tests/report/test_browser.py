@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 import simtrain
-from simtrain.engine.timeline import Span, Timeline
-from simtrain.engine.timeline import COMM_KINDS
+from simtrain.engine.timeline import COMM_KINDS, Span, Timeline
 from simtrain.report.gantt import CRITICAL_PATH_NAME, KIND_COLORS
 from simtrain.report.html import GANTT_DIV_ID, render_report, write_report
 
@@ -46,7 +45,8 @@ _COUNT_BARS = """
   out.rects = gd.querySelectorAll('g.point').length;
   return out;
 }
-""".replace("CRITICAL", CRITICAL_PATH_NAME).replace("KINDS", json.dumps(sorted(map(str, KIND_COLORS))))
+""".replace("CRITICAL", CRITICAL_PATH_NAME).replace(
+    "KINDS", json.dumps(sorted(map(str, KIND_COLORS))))
 
 # Legend entries: each one's name and whether it lies inside the chart (not clipped or
 # behind the legend's scroll bar).
