@@ -22,7 +22,6 @@ from rich.table import Table
 from simtrain.cli_errors import fail as _fail
 from simtrain.engine.sim import SimulationDeadlock
 from simtrain.errors import ScenarioError
-from simtrain.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:
     from simtrain.simulate import SimulationResult
@@ -45,31 +44,20 @@ err = Console(stderr=True)
 
 
 def _summary_table(summary: dict[str, Any]) -> Table:
+    """The run's key numbers: the ``cli`` metrics of :mod:`simtrain.report.schema`."""
+    from simtrain.report.schema import label, number, shown_in
+
     table = Table(title=f"simtrain · {summary.get('scenario', '')}", show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
-    rows = [
-        ("GPUs", f"{summary['num_gpus']} × {summary['gpu']}"),
-        ("step time", fmt_seconds(summary["step_time_s"])),
-        ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
-        ("MFU", f"{summary['mfu']:.1%}"),
-        ("HFU", f"{summary['hfu']:.1%}"),
-        ("compute (per GPU)", fmt_seconds(summary["compute_s"])),
-        ("communication (per GPU)", fmt_seconds(summary["comm_s"])),
-        ("exposed communication", fmt_seconds(summary["exposed_comm_s"])),
-    ]
-    # Keys other parts of the simulator may add; shown when present.
-    if isinstance(summary.get("bubble_fraction"), int | float):
-        rows.append(("pipeline bubble", f"{summary['bubble_fraction']:.1%}"))
-    if isinstance(summary.get("peak_memory_gib"), int | float):
-        rows.append(("peak memory (per GPU)", f"{summary['peak_memory_gib']:,.1f} GiB"))
-    rows += [
-        ("bytes communicated per GPU", fmt_bytes(summary["comm_bytes_per_gpu"])),
-        ("parameters", f"{summary['parameters'] / 1e9:.3f} B"),
-        ("microbatches per step", str(summary["micro_batches"])),
-    ]
-    for name, value in rows:
-        table.add_row(name, value)
+    for metric in shown_in("cli"):
+        value = number(summary, metric.key)
+        if value is None:
+            continue
+        text = metric.fmt(value)
+        if metric.key == "num_gpus" and summary.get("gpu"):
+            text = f"{text} × {summary['gpu']}"
+        table.add_row(label(metric, summary), text)
     return table
 
 
@@ -242,9 +230,11 @@ def compare(
         table.add_column(n, justify="right")
     for n in names[1:]:
         table.add_column(f"Δ {n}", justify="right")
+    summaries = [r.summary for r in results]
     for key, row in diffs.items():
         values = [fmt_value(key, d.value) if d.value is not None else "n/a" for d in row]
-        table.add_row(metric_label(key), *values, *(fmt_delta(key, d) for d in row[1:]))
+        table.add_row(metric_label(key, summaries), *values,
+                      *(fmt_delta(key, d) for d in row[1:]))
     out = Console()
     out.print(table)
     if "report" in out_json:

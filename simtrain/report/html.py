@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,10 @@ from simtrain.report.gantt import (
     role_representatives,
     subset_note,
 )
+from simtrain.report.schema import BY_KEY, fmt_count, fmt_percent, label, number, shown_in
 from simtrain.units import fmt_bytes, fmt_seconds
+
+_SHARE_OF_STEP = ("compute_s", "comm_s", "exposed_comm_s", "bubble_s")
 
 PLOTLY_CONFIG: dict[str, Any] = {"scrollZoom": True, "displaylogo": False}
 GANTT_DIV_ID = "gantt-chart"
@@ -71,25 +74,14 @@ pre { background: #fff; border: 1px solid #d9e2ec; padding: 0.8rem; overflow-x: 
 # --- value formatting -------------------------------------------------------------------
 
 
-def fmt_count(value: float) -> str:
-    """Large counts with a decimal suffix: 1234567 -> '1.23 M'."""
-    for suffix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.2f} {suffix}"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def fmt_percent(fraction: float) -> str:
-    """A fraction as a percentage: 0.4123 -> '41.2%'."""
-    return f"{fraction * 100:.1f}%"
-
-
 def fmt_value(key: str, value: Any) -> str:
     """Human form of one summary value, chosen by its key's unit suffix (SI inside)."""
     leaf = key.rsplit(".", 1)[-1].lower()
     parent = key.split(".", 1)[0].lower() if "." in key else ""
     if isinstance(value, bool) or value is None:
         return str(value)
+    if key in BY_KEY and isinstance(value, int | float | np.integer | np.floating):
+        return BY_KEY[key].fmt(float(value))
     if isinstance(value, int | float | np.integer | np.floating):
         v = float(value)
         if leaf.endswith("_gib"):
@@ -129,53 +121,21 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
 
 # --- header cards -----------------------------------------------------------------------
 
-# (label, accepted summary keys, formatter). The first key present wins; absent cards skip.
-_CARDS: tuple[tuple[str, tuple[str, ...], Callable[[float], str]], ...] = (
-    ("step time", ("step_time_s", "step_s", "step_time"), fmt_seconds),
-    ("tokens/s", ("tokens_per_s", "tokens_per_second", "throughput_tokens_per_s"),
-     fmt_count),
-    ("MFU", ("mfu",), fmt_percent),
-    ("HFU", ("hfu",), fmt_percent),
-    ("peak memory", ("peak_memory_gib",), lambda v: f"{v:,.1f} GiB"),
-    ("peak memory", ("peak_memory_bytes", "peak_memory"), fmt_bytes),
-    ("exposed comm", ("exposed_comm_s", "exposed_communication_s"), fmt_seconds),
-    ("bubble", ("bubble_s",), fmt_seconds),
-    ("bubble", ("bubble_fraction",), fmt_percent),
-    ("compute", ("compute_s", "compute_time_s"), fmt_seconds),
-    ("communication", ("comm_s", "communication_s", "comm_time_s"), fmt_seconds),
-    ("GPUs", ("num_gpus", "gpus", "world_size", "num_ranks"), lambda v: f"{int(v):,}"),
-)
-_SHARE_OF_STEP = ("compute", "communication", "exposed comm")
-
-
-def _lookup(summary: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
-    for key in keys:
-        value = summary.get(key)
-        if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
-            value, bool
-        ):
-            return float(value)
-    return None
-
-
 def cards_html(summary: Mapping[str, Any]) -> str:
-    """The key-number cards; compute/comm cards also show their share of the step time."""
-    step = _lookup(summary, _CARDS[0][1])
+    """The key-number cards (the schema's ``card`` metrics present in ``summary``); the
+    compute, communication and idle cards also show their share of the step time."""
+    step = number(summary, "step_time_s")
     parts: list[str] = []
-    done: set[str] = set()
-    for label, keys, fmt in _CARDS:
-        value = _lookup(summary, keys)
-        if value is None or label in done:
+    for metric in shown_in("card"):
+        value = number(summary, metric.key)
+        if value is None:
             continue
-        done.add(label)
         sub = ""
-        if label == "bubble" and "bubble_fraction" in summary and "bubble_s" in summary:
-            sub = f'<div class="sub">{fmt_percent(float(summary["bubble_fraction"]))} of step</div>'
-        elif label in _SHARE_OF_STEP and step:
+        if metric.key in _SHARE_OF_STEP and step:
             sub = f'<div class="sub">{fmt_percent(value / step)} of step</div>'
         parts.append(
-            f'<div class="card"><div class="label">{html.escape(label)}</div>'
-            f'<div class="value">{html.escape(fmt(value))}</div>{sub}</div>'
+            f'<div class="card"><div class="label">{html.escape(label(metric, summary))}</div>'
+            f'<div class="value">{html.escape(metric.fmt(value))}</div>{sub}</div>'
         )
     return f'<div class="cards">{"".join(parts)}</div>'
 
