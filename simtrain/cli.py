@@ -153,7 +153,8 @@ def run(
         with _status("writing the trace", quiet or as_json):
             events = chrome_trace(result.timeline, graph=result.graph,
                                   server_of=result.cluster.server_of,
-                                  dtype=loaded.training.dtype)
+                                  dtype=loaded.training.dtype,
+                                  grad_dtype=loaded.parallelism.ddp.grad_dtype)
             summary["trace"] = str(write_trace(trace, events))
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
