@@ -22,6 +22,7 @@ from rich.table import Table
 from simtrain.cli_errors import fail as _fail
 from simtrain.engine.sim import SimulationDeadlock
 from simtrain.errors import ScenarioError
+from simtrain.report.rows import plural
 
 if TYPE_CHECKING:
     from simtrain.simulate import SimulationResult
@@ -82,7 +83,8 @@ def _simulate(path: Path, overrides: list[str]) -> SimulationResult:
         raise _fail(str(exc), 1) from None
 
 
-def _report_html(result: SimulationResult, title: str, yaml_text: str | None) -> str:
+def _report_html(result: SimulationResult, title: str, yaml_text: str | None,
+                 overrides: list[str] | None = None) -> str:
     from simtrain.report.html import render_report
     from simtrain.report.topology import topology_figure, topology_table_html
 
@@ -94,15 +96,27 @@ def _report_html(result: SimulationResult, title: str, yaml_text: str | None) ->
                                  f"{cluster.gpu_spec.name}"),
         topology_table=topology_table_html(cluster),
         hbm_bytes=cluster.gpu_spec.hbm_bytes,
-        subtitle=_subtitle(result),
+        subtitle=_subtitle(result, overrides or []),
     )
 
 
-def _subtitle(result: SimulationResult) -> str:
-    """The scenario's description, then the GPUs and the parallel degrees above 1."""
+def _subtitle(result: SimulationResult, overrides: list[str]) -> str:
+    """The scenario's description, then what ran: GPUs, servers and the parallel degrees
+    above 1 (always from the run itself). The description is the file's own words, so
+    when ``--set`` changed the scenario it says so and lists the overrides: "on one DGX
+    A100" must not stand unqualified over a run switched to H100s."""
     cluster = result.cluster
-    parts = [result.scenario.description] if result.scenario.description else []
-    where = f"{cluster.num_gpus:,} × {cluster.gpu_spec.name} in {cluster.num_servers:,} servers"
+    description = result.scenario.description
+    parts = []
+    if description and overrides:
+        parts.append(f"{description} (the file's description; this run changed it with "
+                     f"--set {', '.join(overrides)})")
+    elif description:
+        parts.append(description)
+    elif overrides:
+        parts.append(f"with --set {', '.join(overrides)}")
+    where = (f"ran: {cluster.num_gpus:,} × {cluster.gpu_spec.name} in "
+             f"{plural(cluster.num_servers, 'server')}")
     plan = result.summary.get("parallelism")
     if isinstance(plan, dict):
         degrees = " × ".join(f"{k.upper()}{v}" for k, v in plan.items()
@@ -145,7 +159,8 @@ def run(
     if not no_report:
         path = report or Path("reports") / f"{loaded.name}.html"
         with _status("writing the report", quiet or as_json):
-            html = _report_html(result, f"simtrain · {loaded.name}", _yaml_text(scenario))
+            html = _report_html(result, f"simtrain · {loaded.name}", _yaml_text(scenario),
+                                set_ or [])
             summary["report"] = str(write_report(path, html))
     if trace is not None:
         from simtrain.report.trace import chrome_trace, write_trace
@@ -313,7 +328,7 @@ def topology(
     out = Console()
     out.print(table)
     by_kind = ", ".join(f"{n:,} {k}" for k, n in totals["nodes_by_kind"].items())
-    out.print(f"{totals['gpus']:,} × {totals['gpu']} in {totals['servers']:,} servers "
+    out.print(f"{totals['gpus']:,} × {totals['gpu']} in {plural(totals['servers'], 'server')} "
               f"({totals['gpus_per_server']} per server); nodes: {by_kind}; "
               f"{totals['directed_links']:,} directed links")
     if "report" in result:

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline, merge_intervals
 from simtrain.engine.timeline import overlap_length as _overlap
 from simtrain.report.critical import CriticalPath
-from simtrain.report.gantt import KIND_COLORS, ServerOf, kind_color, rank_labels
+from simtrain.report.gantt import KIND_COLORS, ServerOf, kind_color, plural, rank_labels
 from simtrain.report.links import busiest_links
 from simtrain.units import fmt_bytes, fmt_seconds
 
@@ -196,8 +196,9 @@ def critical_path_html(path: CriticalPath, *, server_of: ServerOf | None = None,
     shares = " · ".join(f"{swatch(k)} {esc(k)} {v * 100:.1f}%"
                         for k, v in path.share_by_kind().items())
     waiting = max(step - path.busy, 0.0)
-    head = (f"<p>{len(path.spans):,} spans on the critical path cover {pct(path.busy)} of the "
-            f"step ({fmt_seconds(waiting)} between them). By kind: {shares}</p>")
+    head = (f"<p>{plural(len(path.spans), 'span')} on the critical path cover "
+            f"{pct(path.busy)} of the step ({fmt_seconds(waiting)} between them). "
+            f"By kind: {shares}</p>")
     stretches = path.stretches()
     rows = []
     for run in stretches[:max_rows]:

@@ -32,6 +32,7 @@ from simtrain.report.rows import (
     all_ranks,
     default_server_of,
     order_ranks,
+    plural,
     rank_labels,
     representative_ranks,
     role_representatives,
@@ -340,11 +341,6 @@ def _height(rows: int, at_least: int = 300) -> int:
     """Figure height: 22 px per row, and never less than the legend needs (else plotly
     hides the last legend entries behind a scroll bar)."""
     return max(300, at_least, 22 * rows + 160)
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 rank``, ``2 ranks`` (nouns here take a plain -s)."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def _idle_bars(timeline: Timeline, rows: Sequence[tuple[int, str]],

@@ -34,6 +34,7 @@ from simtrain.report.gantt import (
     kind_color,
     order_ranks,
     ordered_kinds,
+    plural,
     rank_labels,
     representative_ranks,
     role_representatives,
@@ -313,7 +314,7 @@ def render_report(
         )
     n_ranks = len({s.rank for s in timeline.spans})
     facts = (
-        f"{len(timeline):,} spans on {n_ranks:,} ranks · timeline ends at "
+        f"{plural(len(timeline), 'span')} on {plural(n_ranks, 'rank')} · timeline ends at "
         f"{fmt_seconds(timeline.end)} · drag to zoom, scroll to zoom, double-click to reset, "
         "click legend entries to toggle kinds; the black outline is the critical path"
     )
