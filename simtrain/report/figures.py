@@ -1,7 +1,7 @@
 """Breakdown figures of the report, each computed from the timeline (or the summary).
 
 - communication per parallel group: overlapped with compute vs exposed, per span kind;
-- the memory stack per GPU, when the summary has a ``memory_breakdown``;
+- the memory stack per GPU and memory over the step (:mod:`simtrain.report.memory`);
 - utilisation over time of the busiest links (from the timeline's flows);
 - the critical path as an HTML table of merged segments with their share of the step.
 """
@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -86,68 +86,6 @@ def comm_overlap_figure(timeline: Timeline) -> go.Figure | None:
         xaxis={"title": {"text": "time (ms)"}},
         yaxis={"type": "category", "autorange": "reversed", "automargin": True}, **_LAYOUT,
     )
-    return fig
-
-
-def _to_gib(key: str, value: float, plain_is_gib: bool) -> float:
-    k = key.lower()
-    if k.endswith("_gib") or k.endswith("_gb"):
-        return value
-    if k.endswith("_mib"):
-        return value / 1024
-    if k.endswith("_bytes") or not plain_is_gib:
-        return value / 2**30
-    return value
-
-
-def _strip_unit(key: str) -> str:
-    for suffix in ("_gib", "_gb", "_mib", "_bytes"):
-        if key.lower().endswith(suffix):
-            return key[: -len(suffix)]
-    return key
-
-
-def memory_figure(summary: Mapping[str, Any], capacity_bytes: float | None = None
-                  ) -> go.Figure | None:
-    """Memory stack per GPU from ``summary["memory_breakdown"]`` (absent: no figure).
-
-    Accepts ``{category: amount}`` (one GPU) or ``{gpu or stage: {category: amount}}``.
-    A key ending in ``_gib``/``_mib``/``_bytes`` says its unit; plain keys are GiB when every
-    plain amount is below 10^6 (no memory category is under a megabyte when in bytes), else
-    bytes.
-    """
-    breakdown = summary.get("memory_breakdown")
-    if not isinstance(breakdown, Mapping) or not breakdown:
-        return None
-    if all(isinstance(v, Mapping) for v in breakdown.values()):
-        groups = {str(g): dict(v) for g, v in breakdown.items()}
-    else:
-        groups = {"per GPU": dict(breakdown)}
-    plain = [float(v) for parts in groups.values() for k, v in parts.items()
-             if isinstance(v, int | float) and _strip_unit(k) == k]
-    plain_is_gib = all(abs(v) < 1e6 for v in plain)
-    categories: list[str] = []
-    for parts in groups.values():
-        for key, value in parts.items():
-            if isinstance(value, int | float) and _strip_unit(key) not in categories:
-                categories.append(_strip_unit(key))
-    fig = go.Figure()
-    names = list(groups)
-    for cat in categories:
-        values = []
-        for parts in groups.values():
-            v = next((_to_gib(k, float(x), plain_is_gib) for k, x in parts.items()
-                      if _strip_unit(k) == cat and isinstance(x, int | float)), 0.0)
-            values.append(v)
-        fig.add_trace(go.Bar(name=cat.replace("_", " "), x=names, y=values,
-                             hovertemplate=f"%{{x}}<br>{html.escape(cat)}: %{{y:.2f}} GiB"
-                             "<extra></extra>"))
-    if capacity_bytes:
-        fig.add_hline(y=capacity_bytes / 2**30, line_dash="dash", line_color="#555",
-                      annotation_text=f"HBM {fmt_bytes(capacity_bytes)}")
-    fig.update_layout(title={"text": "Memory per GPU"}, barmode="stack", height=380,
-                      bargap=0.7 if len(names) <= 2 else 0.3,
-                      yaxis={"title": {"text": "GiB"}}, **_LAYOUT)
     return fig
 
 

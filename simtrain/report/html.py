@@ -24,7 +24,6 @@ from simtrain.report.figures import (
     comm_overlap_figure,
     critical_path_html,
     link_utilisation_figure,
-    memory_figure,
 )
 from simtrain.report.gantt import (
     DEFAULT_MAX_ROWS,
@@ -40,6 +39,7 @@ from simtrain.report.gantt import (
     role_representatives,
     subset_note,
 )
+from simtrain.report.memory import MEMORY_CAPTION, memory_figure
 from simtrain.report.schema import BY_KEY, fmt_count, fmt_percent, label, number, shown_in
 from simtrain.units import fmt_bytes, fmt_seconds
 
@@ -294,9 +294,11 @@ def render_report(
     overlap = comm_overlap_figure(timeline)
     if overlap is not None:
         parts.append(div(overlap, "comm-overlap-chart"))
-    memory = memory_figure(summary, hbm_bytes)
+    memory = memory_figure(summary, hbm_bytes, timeline, server_of)
     if memory is not None:
         parts.append(div(memory, "memory-chart"))
+        if len(memory.data) > len(summary.get("memory_breakdown") or {}):
+            parts.append(f'<p class="muted">{html.escape(MEMORY_CAPTION)}</p>')
     if links is not None and timeline.flows:
         util = link_utilisation_figure(timeline, links)
         if util is not None:

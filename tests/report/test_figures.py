@@ -10,9 +10,9 @@ from simtrain.report.figures import (
     comm_overlap,
     comm_overlap_figure,
     critical_path_html,
-    memory_figure,
 )
 from simtrain.report.html import render_report
+from simtrain.report.memory import memory_figure
 
 
 def _timeline() -> Timeline:
