@@ -5,12 +5,9 @@ from __future__ import annotations
 import pytest
 
 from simtrain.engine.timeline import Span, Timeline
+from simtrain.report.bars import BAR_WIDTH, BUBBLE_NAME, IDLE_NAME, MICROBATCH_NAME
 from simtrain.report.gantt import (
-    BAR_WIDTH,
-    BUBBLE_NAME,
-    IDLE_NAME,
     KIND_COLORS,
-    MICROBATCH_NAME,
     gantt_figure,
     rank_labels,
     representative_ranks,
