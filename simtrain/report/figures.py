@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline, merge_intervals
 from simtrain.engine.timeline import overlap_length as _overlap
@@ -30,6 +31,7 @@ GROUP_LABELS = {
     "ep_comm": "EP all-to-all",
     "comm": "other comm",
 }
+LINK_COLORS = {"nvlink": "#2ca02c", "pcie": "#ff7f0e", "ib": "#1f77b4", "ethernet": "#9467bd"}
 OVERLAPPED_COLOR = "#74c476"
 EXPOSED_COLOR = "#de2d26"
 _LAYOUT: dict[str, Any] = {
@@ -91,27 +93,35 @@ def comm_overlap_figure(timeline: Timeline) -> go.Figure | None:
 
 def link_utilisation_figure(timeline: Timeline, links: Sequence[Any], *, top: int = 6,
                             bins: int = 200) -> go.Figure | None:
-    """Utilisation (% of line rate) over time of the ``top`` links that carried most bytes."""
+    """Utilisation (% of line rate) over time of the ``top`` links that carried most bytes,
+    one small panel per link on a shared time axis (lines drawn over each other hid the
+    links that moved together), each 0-100% and filled, named above its panel."""
     edges, loads = busiest_links(timeline, links, top=top, bins=bins)
     if not loads:
         return None
     centres = (edges[:-1] + edges[1:]) / 2 * 1e3
-    fig = go.Figure()
-    for load in loads:
+    n = len(loads)
+    titles = [f"{load.label} · {fmt_bytes(load.nbytes)} · peak "
+              f"{float(load.utilisation.max(initial=0.0)) * 100:.0f}%" for load in loads]
+    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.35 / n,
+                        subplot_titles=titles)
+    for i, load in enumerate(loads, start=1):
+        color = LINK_COLORS.get(load.kind, "#555555")
         fig.add_trace(go.Scatter(
-            name=f"{load.label} · {fmt_bytes(load.nbytes)}", x=centres,
-            y=np.round(load.utilisation * 100, 3), mode="lines", line={"shape": "hv"},
+            name=load.label, x=centres, y=np.round(load.utilisation * 100, 3), mode="lines",
+            line={"shape": "hv", "width": 1, "color": color}, fill="tozeroy",
+            showlegend=False,
             hovertemplate=f"{html.escape(load.label)}<br>%{{x:.3f}} ms: %{{y:.1f}}%"
             "<extra></extra>",
-        ))
+        ), row=i, col=1)
+        fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], ticksuffix="%", row=i, col=1)
+    fig.update_xaxes(title={"text": "time (ms)"}, rangemode="tozero", row=n, col=1)
+    fig.update_annotations(font={"size": 11}, xanchor="left", x=0)
     fig.update_layout(
-        title={"text": f"Utilisation of the {len(loads)} busiest links (share of line rate; "
+        title={"text": f"Utilisation of the {n} busiest links (share of line rate; "
                        "the busiest of each link kind first)"},
-        height=420, xaxis={"title": {"text": "time (ms)"}, "rangemode": "tozero"},
-        yaxis={"title": {"text": "utilisation (% of line rate)"}, "rangemode": "tozero"},
-        legend={"orientation": "h", "y": -0.25}, **_LAYOUT,
+        height=90 * n + 130, **_LAYOUT,
     )
-    fig.update_layout(margin={"b": 120})
     return fig
 
 
