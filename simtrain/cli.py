@@ -176,6 +176,8 @@ def run(
     elif not quiet:
         out = Console()
         out.print(_summary_table(summary))
+        for note in summary.get("notes") or ():
+            out.print(f"note: {note}", highlight=False)
         for key in ("report", "trace"):
             if key in summary:
                 out.print(f"{key}: {summary[key]}")

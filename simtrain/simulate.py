@@ -23,6 +23,7 @@ from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.schedule import Step, build_schedule, peak_in_flight
 from simtrain.parallel.shard import ShardSpec, Unit, chunk_units, stage_layers
 from simtrain.report.metrics import summarize
+from simtrain.report.notes import run_notes
 from simtrain.scenario import Scenario, load_scenario
 from simtrain.training import DTYPE_BYTES, optimizer_bytes_per_param
 from simtrain.workload.compute import op_time
@@ -256,6 +257,8 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
         "fidelity": "symmetric" if graph.virtual else "explicit",
         "network": sim.network,
     }
+    summary["notes"] = run_notes(timeline, summary, recompute=scenario.parallelism.recompute,
+                                 attention_kernel=scenario.model.attention_kernel)
     return SimulationResult(scenario, cluster, graph, timeline, summary)
 
 

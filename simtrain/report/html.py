@@ -69,6 +69,8 @@ table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
 pre { background: #fff; border: 1px solid #d9e2ec; padding: 0.8rem; overflow-x: auto; }
 .muted { color: #52606d; font-size: 0.85rem; }
 .subtitle { margin: -0.4rem 0 0.8rem; color: #334e68; }
+ul.notes { background: #fffbea; border: 1px solid #f0d98c; border-radius: 6px;
+           padding: 0.5rem 0.9rem 0.5rem 2rem; font-size: 0.9rem; max-width: 75rem; }
 """
 
 
@@ -146,7 +148,7 @@ def summary_table_html(summary: Mapping[str, Any]) -> str:
     rows = "".join(
         f'<tr><th>{html.escape(key)}</th><td class="num">{html.escape(fmt_value(key, value))}'
         "</td></tr>"
-        for key, value in flatten(summary)
+        for key, value in flatten(summary) if key != "notes"  # shown above, in full
     )
     return f'<table class="summary"><tbody>{rows}</tbody></table>'
 
@@ -321,7 +323,9 @@ def render_report(
         "click legend entries to toggle kinds; the black outline is the critical path"
     )
     sub = f'<p class="subtitle">{html.escape(subtitle)}</p>' if subtitle else ""
-    header = (f"<header><h1>{html.escape(title)}</h1>{sub}{cards_html(summary)}"
+    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in summary.get("notes") or ())
+    notes = f'<ul class="notes" id="notes">{notes}</ul>' if notes else ""
+    header = (f"<header><h1>{html.escape(title)}</h1>{sub}{cards_html(summary)}{notes}"
               f'<p class="muted">{html.escape(facts)}</p></header>')
     return page(title, header + "\n" + "\n".join(parts))
 

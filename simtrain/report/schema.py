@@ -95,7 +95,7 @@ METRICS: tuple[Metric, ...] = (
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 # Summary entries that are not one number: names, nested breakdowns, run facts.
 DETAIL_KEYS = ("scenario", "gpu", "exposed_comm_by_kind", "memory_breakdown", "parallelism",
-               "fidelity", "network", "recompute_note", "report", "trace")
+               "fidelity", "network", "notes", "report", "trace")
 
 
 def shown_in(where: Where) -> tuple[Metric, ...]:
