@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simtrain.cli_errors import fail
-from simtrain.comm.algorithms import ALGORITHMS
+from simtrain.comm.ops import CollectiveOp
 from simtrain.units import parse_bytes
 
 EPILOG = (
@@ -25,7 +25,7 @@ EPILOG = (
 
 
 def collective(
-    op: Annotated[str, typer.Argument(help=f"one of: {', '.join(ALGORITHMS)}")],
+    op: Annotated[str, typer.Argument(help=f"one of: {', '.join(CollectiveOp)}")],
     cluster: Annotated[str | None, typer.Option(help="cluster preset, e.g. dgx-a100")] = None,
     nodes: Annotated[int, typer.Option(help="servers of the preset")] = 1,
     scenario: Annotated[Path | None, typer.Option(help="take the cluster and comm "
@@ -48,8 +48,8 @@ def collective(
     from simtrain.scenario import load_scenario
 
     try:
-        if op not in ALGORITHMS:
-            raise fail(f"unknown collective {op!r}; expected one of: {', '.join(ALGORITHMS)}")
+        if op not in set(CollectiveOp):
+            raise fail(f"unknown collective {op!r}; expected one of: {', '.join(CollectiveOp)}")
         if (cluster is None) == (scenario is None):
             raise fail("give exactly one of --cluster PRESET or --scenario FILE")
         if scenario is not None:
@@ -63,7 +63,7 @@ def collective(
         group = gpus or built.num_gpus
         if not 2 <= group <= built.num_gpus:
             raise fail(f"--gpus {group} must be between 2 and the cluster's {built.num_gpus}")
-        ranks = tuple(range(group)) if op != "send_recv" else (0, group - 1)
+        ranks = tuple(range(group)) if op != CollectiveOp.SEND_RECV else (0, group - 1)
         message_sizes = sizes(_size(min_bytes), _size(max_bytes), factor)
         model = comm_cfg.build(built, built.gpu_spec.arch)
         rows = list(run_sweep(built, model, op, ranks, message_sizes, algorithm))

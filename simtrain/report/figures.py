@@ -16,20 +16,26 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline, merge_intervals
+from simtrain.engine.timeline import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    SpanKind,
+    Timeline,
+    merge_intervals,
+)
 from simtrain.engine.timeline import overlap_length as _overlap
 from simtrain.report.critical import CriticalPath
 from simtrain.report.gantt import KIND_COLORS, ServerOf, kind_color, plural, rank_labels
 from simtrain.report.links import busiest_links
 from simtrain.units import fmt_bytes, fmt_seconds
 
-GROUP_LABELS = {
-    "dp_comm": "DP / ZeRO",
-    "tp_comm": "TP / SP",
-    "cp_comm": "CP",
-    "pp_comm": "PP send/recv",
-    "ep_comm": "EP all-to-all",
-    "comm": "other comm",
+GROUP_LABELS: dict[str, str] = {
+    SpanKind.DP_COMM: "DP / ZeRO",
+    SpanKind.TP_COMM: "TP / SP",
+    SpanKind.CP_COMM: "CP",
+    SpanKind.PP_COMM: "PP send/recv",
+    SpanKind.EP_COMM: "EP all-to-all",
+    SpanKind.COMM: "other comm",
 }
 LINK_COLORS = {"nvlink": "#2ca02c", "pcie": "#ff7f0e", "ib": "#1f77b4", "ethernet": "#9467bd"}
 OVERLAPPED_COLOR = "#74c476"

@@ -16,21 +16,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simtrain.comm.ops import REDUCING, CollectiveOp
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.engine.timeline import Span, Timeline
 from simtrain.report.rows import ServerOf, all_ranks, rank_labels, stream_sort_key
 
 # NCCL's kernel naming: ncclDevKernel_<Func>_<RedOp>_<dtype>_<ALGO>_<PROTO> (src/device).
-NCCL_FUNCS = {
-    "all_reduce": ("AllReduce", "allreduce"),
-    "reduce_scatter": ("ReduceScatter", "_reduce_scatter_base"),
-    "all_gather": ("AllGather", "_allgather_base"),
-    "broadcast": ("Broadcast", "broadcast"),
-    "reduce": ("Reduce", "reduce"),
-    "all_to_all": ("SendRecv", "all_to_all"),
-    "send_recv": ("SendRecv", "send"),
+NCCL_FUNCS: dict[str, tuple[str, str]] = {
+    CollectiveOp.ALL_REDUCE: ("AllReduce", "allreduce"),
+    CollectiveOp.REDUCE_SCATTER: ("ReduceScatter", "_reduce_scatter_base"),
+    CollectiveOp.ALL_GATHER: ("AllGather", "_allgather_base"),
+    CollectiveOp.BROADCAST: ("Broadcast", "broadcast"),
+    CollectiveOp.REDUCE: ("Reduce", "reduce"),
+    CollectiveOp.ALL_TO_ALL: ("SendRecv", "all_to_all"),
+    CollectiveOp.ALL_TO_ALL_V: ("SendRecv", "all_to_all"),
+    CollectiveOp.SEND_RECV: ("SendRecv", "send"),
 }
-_REDUCING = {"all_reduce", "reduce_scatter", "reduce"}
 _DTYPE_BYTES = {"fp32": 4, "float": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 # PyTorch's names (the profiler's "dtype" arg) and NCCL's (in kernel names, src/device).
 _DTYPE_NAMES = {"fp32": "Float", "float": "Float", "fp16": "Half", "bf16": "BFloat16",
@@ -57,7 +58,7 @@ def nccl_kernel_name(op: str, algorithm: str = "ring", dtype: str = "bf16",
     else:
         proto = "LL" if nbytes < 64 * 1024 else "LL128" if nbytes < 8 * 2**20 else "SIMPLE"
     algo = _ALGOS.get(algorithm.split("_")[0] if algorithm not in _ALGOS else algorithm, "RING")
-    redop = "Sum_" if op in _REDUCING else ""
+    redop = "Sum_" if op in REDUCING else ""
     return f"ncclDevKernel_{func}_{redop}{_NCCL_DTYPES.get(dtype, dtype)}_{algo}_{proto}"
 
 
@@ -69,7 +70,7 @@ def span_dtype(span: Span, dtype: str, grad_dtype: str | None = None) -> str:
     own = span.meta.get("dtype")
     if own:
         return str(own)
-    if grad_dtype and span.kind == "dp_comm" and span.meta.get("op") in _REDUCING:
+    if grad_dtype and span.kind == "dp_comm" and span.meta.get("op") in REDUCING:
         return grad_dtype
     return dtype
 
@@ -139,7 +140,7 @@ def chrome_trace(
                                     s.meta.get("protocol"))
             args = _comm_args(s, group, dt)
             cat = "kernel"
-            if op == "send_recv":
+            if op == CollectiveOp.SEND_RECV:
                 p2p.setdefault(s.task, {})[s.rank] = s
         else:
             name, cat = s.name, "kernel"
