@@ -269,7 +269,17 @@ def _objective(raw: Any, label: str) -> Objective:
             or raw.get("goal", "min") not in ("min", "max"):
         raise ScenarioError("objective must be {metric: SUMMARY_KEY, goal: min|max}, e.g. "
                             "{metric: tokens_per_s, goal: max}", source=label)
-    return Objective(str(raw.get("metric", "step_time_s")), raw.get("goal", "min"))
+    metric = str(raw.get("metric", "step_time_s"))
+    from simtrain.report.schema import BY_KEY, DETAIL_KEYS
+
+    if metric not in BY_KEY and metric.split(".", 1)[0] not in DETAIL_KEYS:
+        from difflib import get_close_matches
+
+        close = get_close_matches(metric, list(BY_KEY), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ScenarioError(f"objective.metric: unknown summary metric {metric!r}; {hint}"
+                            f"expected one of: {', '.join(BY_KEY)}", source=label)
+    return Objective(metric, raw.get("goal", "min"))
 
 
 def _read_base(raw: Any, folder: Path, label: str) -> tuple[dict[str, Any], Path | None]:
