@@ -278,7 +278,7 @@ def render_report(
     """One self-contained HTML document (plotly.js inline once, no network references).
 
     Sections in order: header with key-number cards; the Gantt chart (critical path
-    outlined; one rank per role first on big clusters); breakdowns (busy time by kind per
+    drawn as a strip under its bars; one rank per role first on big clusters); breakdowns (busy time by kind per
     rank, communication overlapped vs exposed per group, memory per GPU when the summary
     has ``memory_breakdown``, busiest links over time when ``links`` and flows exist, the
     critical path table, the summary table); the topology figure when given; the scenario.
@@ -320,7 +320,7 @@ def render_report(
     facts = (
         f"{plural(len(timeline), 'span')} on {plural(n_ranks, 'rank')} · timeline ends at "
         f"{fmt_seconds(timeline.end)} · drag to zoom, scroll to zoom, double-click to reset, "
-        "click legend entries to toggle kinds; the black outline is the critical path"
+        "click legend entries to toggle kinds; the black strip under the bars is the critical path"
     )
     sub = f'<p class="subtitle">{html.escape(subtitle)}</p>' if subtitle else ""
     notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in summary.get("notes") or ())
