@@ -278,10 +278,11 @@ def render_report(
     """One self-contained HTML document (plotly.js inline once, no network references).
 
     Sections in order: header with key-number cards; the Gantt chart (critical path
-    drawn as a strip under its bars; one rank per role first on big clusters); breakdowns (busy time by kind per
-    rank, communication overlapped vs exposed per group, memory per GPU when the summary
-    has ``memory_breakdown``, busiest links over time when ``links`` and flows exist, the
-    critical path table, the summary table); the topology figure when given; the scenario.
+    drawn as a strip under its bars; one rank per role first on big clusters); breakdowns
+    (busy time by kind per rank, communication overlapped vs exposed per group, memory
+    when the summary has ``memory_breakdown`` (over the step too: from ``timeline``),
+    busiest links over time when ``links`` and flows exist, the critical path table, the
+    summary table); the topology figure when given; the scenario.
     ``graph`` lets the critical path follow task dependencies, not just stream order;
     ``subtitle`` (e.g. the scenario's description and plan) goes under the title.
     """
