@@ -34,12 +34,12 @@ def collective(
     min_bytes: Annotated[str, typer.Option("--min-bytes", "-b", help="smallest size")] = "8",
     max_bytes: Annotated[str, typer.Option("--max-bytes", "-e", help="largest size")] = "8G",
     factor: Annotated[int, typer.Option("--factor", "-f", help="size multiplier")] = 2,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors "
+                                                             "(exit status only)")] = False,
     algorithm: Annotated[str, typer.Option(help="force an algorithm [auto]")] = "auto",
     backend: Annotated[str | None, typer.Option(help="nccl, gloo, mpi or ideal")] = None,
     protocol: Annotated[str | None, typer.Option(help="auto, LL, LL128 or Simple")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors "
-                                                             "(exit status only)")] = False,
 ) -> None:
     """Time one collective over message sizes, as nccl-tests does: time, algbw, busbw."""
     from simtrain.comm.config import CommConfig

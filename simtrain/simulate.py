@@ -236,16 +236,20 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
         interference=scenario.compute.comm_interference, network=sim.network)
     tokens = scenario.training.global_batch_size * scenario.seq_len
     dims = plan.dims
+    metrics = summarize(
+        timeline,
+        num_gpus=cluster.num_gpus,
+        tokens_per_step=tokens,
+        model_flops_per_step=model_flops_per_step(scenario.model, tokens, scenario.seq_len),
+        peak_flops_per_gpu=cluster.gpu_spec.flops(scenario.training.dtype),
+    )
     summary = {
         "scenario": scenario.name,
         "gpu": cluster.gpu_spec.name,
-        **summarize(
-            timeline,
-            num_gpus=cluster.num_gpus,
-            tokens_per_step=tokens,
-            model_flops_per_step=model_flops_per_step(scenario.model, tokens, scenario.seq_len),
-            peak_flops_per_gpu=cluster.gpu_spec.flops(scenario.training.dtype),
-        ),
+        **metrics,
+        # Plain-language notes on numbers that look like bugs (see simtrain.report.notes).
+        "notes": run_notes(timeline, metrics, recompute=scenario.parallelism.recompute,
+                           attention_kernel=scenario.model.attention_kernel),
         **step_breakdown(timeline),
         "peak_memory_gib": memory.total / GIB,
         "memory_breakdown": memory.gib(),
@@ -257,8 +261,6 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
         "fidelity": "symmetric" if graph.virtual else "explicit",
         "network": sim.network,
     }
-    summary["notes"] = run_notes(timeline, summary, recompute=scenario.parallelism.recompute,
-                                 attention_kernel=scenario.model.attention_kernel)
     return SimulationResult(scenario, cluster, graph, timeline, summary)
 
 

@@ -19,7 +19,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from simtrain.comm.ops import CollectiveOp
 from simtrain.engine.network import Fabric
 
 Flow = tuple[int, int, float]  # (src_rank, dst_rank, bytes)
@@ -386,23 +385,23 @@ def dissemination(call: Call, ctx: Context) -> list[Phase]:
 
 
 ALGORITHMS: dict[str, dict[str, Lowering]] = {
-    CollectiveOp.ALL_REDUCE: {
-        "ring": ring, "tree": tree, "bidirectional_ring": bidirectional_ring,
-        "binomial": binomial, "recursive_doubling": recursive_doubling,
-        "halving_doubling": halving_doubling, "hierarchical": hierarchical, "ring_2d": ring_2d},
-    CollectiveOp.REDUCE_SCATTER: {"ring": ring, "bidirectional_ring": bidirectional_ring,
-                                  "halving_doubling": halving_doubling},
-    CollectiveOp.ALL_GATHER: {"ring": ring, "bidirectional_ring": bidirectional_ring,
-                              "recursive_doubling": recursive_doubling,
-                              "halving_doubling": halving_doubling},
-    CollectiveOp.BROADCAST: {"ring": chain, "binomial": binomial},
-    CollectiveOp.REDUCE: {"ring": chain, "binomial": binomial},
-    CollectiveOp.SCATTER: {"direct": direct, "binomial": binomial_scatter},
-    CollectiveOp.GATHER: {"direct": direct, "binomial": binomial_scatter},
-    CollectiveOp.ALL_TO_ALL: {"direct": direct, "pairwise": pairwise},
-    CollectiveOp.ALL_TO_ALL_V: {"direct": direct, "pairwise": pairwise},
-    CollectiveOp.SEND_RECV: {"direct": direct},
-    CollectiveOp.BARRIER: {"dissemination": dissemination},
+    "all_reduce": {"ring": ring, "tree": tree, "bidirectional_ring": bidirectional_ring,
+                   "binomial": binomial, "recursive_doubling": recursive_doubling,
+                   "halving_doubling": halving_doubling, "hierarchical": hierarchical,
+                   "ring_2d": ring_2d},
+    "reduce_scatter": {"ring": ring, "bidirectional_ring": bidirectional_ring,
+                       "halving_doubling": halving_doubling},
+    "all_gather": {"ring": ring, "bidirectional_ring": bidirectional_ring,
+                   "recursive_doubling": recursive_doubling,
+                   "halving_doubling": halving_doubling},
+    "broadcast": {"ring": chain, "binomial": binomial},
+    "reduce": {"ring": chain, "binomial": binomial},
+    "scatter": {"direct": direct, "binomial": binomial_scatter},
+    "gather": {"direct": direct, "binomial": binomial_scatter},
+    "all_to_all": {"direct": direct, "pairwise": pairwise},
+    "all_to_all_v": {"direct": direct, "pairwise": pairwise},
+    "send_recv": {"direct": direct},
+    "barrier": {"dissemination": dissemination},
 }
 
 

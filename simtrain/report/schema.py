@@ -55,11 +55,12 @@ FORMATS: dict[str, Callable[[float], str]] = {
 class Metric:
     """One number of the summary. ``better``: which way is an improvement (None: neither)."""
 
-    key: str
+    key: str  # a summary key; dotted for a value inside a nested entry
     label: str
     unit: Unit
     better: Literal["lower", "higher"] | None
     where: frozenset[Where]
+    optional: bool = False  # only some runs produce it
 
     def fmt(self, value: float) -> str:
         return FORMATS[self.unit](value)
@@ -91,11 +92,14 @@ METRICS: tuple[Metric, ...] = (
     _m("model_flops_per_step", "model FLOPs per step", "count", None),
     _m("hardware_flops_per_step", "hardware FLOPs per step", "count", None),
     _m("tasks", "tasks in the graph", "count", None),
+    # With measured per-op tables (compute.tables): the share of compute time they gave.
+    Metric("measured_compute.measured_fraction", "compute from measured tables", "fraction",
+           None, frozenset({"cli"}), optional=True),
 )
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 # Summary entries that are not one number: names, nested breakdowns, run facts.
 DETAIL_KEYS = ("scenario", "gpu", "exposed_comm_by_kind", "memory_breakdown", "parallelism",
-               "fidelity", "network", "notes", "report", "trace")
+               "fidelity", "network", "notes", "measured_compute", "report", "trace")
 
 
 def shown_in(where: Where) -> tuple[Metric, ...]:
@@ -126,8 +130,11 @@ def label(metric: Metric, *summaries: Mapping[str, Any]) -> str:
 
 
 def number(summary: Mapping[str, Any], key: str) -> float | None:
-    """``summary[key]`` as a float; None when absent or not a number."""
-    value = summary.get(key)
+    """``summary[key]`` as a float (a dotted key looks inside nested entries); None when
+    absent or not a number."""
+    value: Any = summary
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         return None
     return float(value)

@@ -30,13 +30,18 @@ def summary() -> dict:
 
 def test_every_summary_key_is_declared_and_every_metric_is_produced(summary):
     assert set(summary) <= set(BY_KEY) | set(DETAIL_KEYS), set(summary) - set(BY_KEY)
-    assert set(BY_KEY) <= set(summary)  # no metric that nothing produces
+    # No metric that nothing produces (optional ones only on some runs, e.g. with tables).
+    assert {m.key for m in METRICS if not m.optional} <= set(summary)
     assert len(BY_KEY) == len(METRICS) and not set(BY_KEY) & set(DETAIL_KEYS)
 
 
 def test_surfaces_read_the_schema(summary):
     rows = [str(c) for c in _summary_table(summary).columns[0]._cells]
-    assert rows == [m.label if "bubble" not in m.key else IDLE_LABEL for m in shown_in("cli")]
+    assert rows == [m.label if "bubble" not in m.key else IDLE_LABEL for m in shown_in("cli")
+                    if not m.optional]
+    with_tables = {**summary, "measured_compute": {"measured_fraction": 0.8}}
+    assert "compute from measured tables" in [
+        str(c) for c in _summary_table(with_tables).columns[0]._cells]
     cards = cards_html(summary)
     assert all(f">{m.label}<" in cards for m in shown_in("card") if "bubble" not in m.key)
     assert list(differences([summary, summary])) == [m.key for m in COMPARE_METRICS]
