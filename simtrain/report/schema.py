@@ -84,6 +84,9 @@ METRICS: tuple[Metric, ...] = (
     _m("bubble_fraction", BUBBLE_LABEL, "fraction", "lower", "cli", "compare"),
     _m("peak_memory_gib", "peak memory (per GPU)", "gib", "lower", "cli", "card", "compare",
        "sweep"),
+    # With measured per-op tables (compute.tables): the share of compute time they gave.
+    Metric("measured_compute.measured_fraction", "compute from measured tables", "fraction",
+           None, frozenset({"cli"}), optional=True),
     _m("comm_bytes_per_gpu", "bytes communicated per GPU", "bytes", "lower", "cli",
        "compare"),
     _m("parameters", "parameters", "params", None, "cli"),
@@ -92,9 +95,6 @@ METRICS: tuple[Metric, ...] = (
     _m("model_flops_per_step", "model FLOPs per step", "count", None),
     _m("hardware_flops_per_step", "hardware FLOPs per step", "count", None),
     _m("tasks", "tasks in the graph", "count", None),
-    # With measured per-op tables (compute.tables): the share of compute time they gave.
-    Metric("measured_compute.measured_fraction", "compute from measured tables", "fraction",
-           None, frozenset({"cli"}), optional=True),
 )
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 # Summary entries that are not one number: names, nested breakdowns, run facts.
