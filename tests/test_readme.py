@@ -1,20 +1,28 @@
 """Every README snippet runs: bash and python blocks, the console examples' commands, the YAML.
 
-Commands run in a scratch folder that links the repository's ``scenarios/``, so reports land
-there. Console examples also check their printed rows: every table row the README shows
-must appear in the command's output (spaces collapsed), so the README's numbers cannot go
-stale. A few commands get flags appended to stay fast (``FAST``); the snippet's own words
-still run first on the command line, and click takes the last value of a repeated option.
+Commands run in README order in one scratch folder that links the repository's
+``scenarios/`` (a later snippet may use what an earlier one wrote, as a reader running them
+in turn would), so reports land there. Console examples also check their printed rows:
+every table row the README shows must appear in the command's output (spaces collapsed),
+so the README's numbers cannot go stale. A few commands get flags appended to stay fast
+(``FAST``); the snippet's own words still run first on the command line, and click takes
+the last value of a repeated option.
+
+When a change is meant to move the numbers, ``SIMTRAIN_UPDATE_README=1 python3 -m pytest
+tests/test_readme.py`` rewrites each stale table row the README shows with the row the
+command prints now (matched by its first cell); review the diff and commit it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,14 +128,16 @@ def test_the_readme_has_the_snippets_we_expect():
     assert any(s.expected for s in SNIPPETS if s.lang == "console")
 
 
-@pytest.fixture
-def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
-    (tmp_path / "bad.yaml").write_text(BAD_YAML)
-    (tmp_path / "small_plan.yaml").write_text(SMALL_PLAN)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "220")  # rich tables at full width, as on a wide terminal
-    return tmp_path
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    tmp = tmp_path_factory.mktemp("readme")
+    (tmp / "scenarios").symlink_to(ROOT / "scenarios")
+    (tmp / "bad.yaml").write_text(BAD_YAML)
+    (tmp / "small_plan.yaml").write_text(SMALL_PLAN)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)
+        mp.setenv("COLUMNS", "220")  # rich tables at full width, as on a wide terminal
+        yield tmp
 
 
 def _squash(text: str) -> str:
@@ -144,6 +154,9 @@ def _run_simtrain(snippet: Snippet, scratch: Path) -> None:
     want_code = 2 if "bad.yaml" in argv else 0
     assert result.exit_code == want_code, f"{snippet.text}\n{result.output}"
     out = _squash(result.output)
+    if os.environ.get("SIMTRAIN_UPDATE_README"):
+        _update_rows(snippet, result.output)
+        snippet = next(s for s in snippets() if s.line == snippet.line and s.text == snippet.text)
     for line in snippet.expected:
         shown = line.strip()
         if not shown or shown == "..." or set(shown) <= set("─━┌┐└┘┏┓┗┛┡┩╇┬┴┼│┃ "):
@@ -159,6 +172,31 @@ def _run_simtrain(snippet: Snippet, scratch: Path) -> None:
         assert (scratch / report).is_file()
     if argv == ["run", "scenarios/quickstart.yaml"]:  # "writes ... reports/quickstart.html"
         assert (scratch / "reports/quickstart.html").is_file()
+
+
+def _cells(row: str) -> list[str]:
+    cells = [c.strip() for c in re.split(r"[│┃]", row)]
+    return cells[1:-1] if len(cells) > 2 and cells[0] == "" else []
+
+
+def _update_rows(snippet: Snippet, output: str) -> None:
+    """Replace the README's shown table rows of ``snippet`` with the printed ones, matched
+    by their first cell (by the first two where the first repeats, e.g. link kinds)."""
+    rows = [r.rstrip() for r in output.splitlines() if _cells(r)]
+    firsts = [_cells(r)[0] for r in rows]
+
+    def key(cells: list[str]) -> tuple[str, ...]:
+        return tuple(cells[:1] if firsts.count(cells[0]) == 1 else cells[:2])
+
+    printed = {key(_cells(r)): r for r in rows}
+    lines = README.read_text(encoding="utf-8").split("\n")
+    start = snippet.line - 1
+    for i in range(start + 1, min(start + 1 + len(snippet.expected), len(lines))):
+        cells = _cells(lines[i])
+        new = printed.get(key(cells)) if cells else None
+        if new is not None and _squash(lines[i]) != _squash(new):
+            lines[i] = new
+    README.write_text("\n".join(lines), encoding="utf-8")
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.id)
@@ -183,6 +221,12 @@ def test_snippet_runs(snippet: Snippet, scratch: Path) -> None:
         assert target.startswith(".") and "simtrain" in declared.get("scripts", {})
         for extra in extras[0].split(",") if extras else []:
             assert extra in declared["optional-dependencies"], text
+    elif re.match(r"python3? (tests|tools)/\S+\.py", text):  # a repository script, run
+        argv = shlex.split(text)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, str(ROOT / argv[1]), *argv[2:]], cwd=scratch,
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, f"{text}\n{done.stdout}{done.stderr}"
     elif text.startswith("python3 benchmarks/"):
         script = ROOT / shlex.split(text)[1]
         assert script.is_file() and "__main__" in script.read_text(), text
