@@ -22,7 +22,7 @@ from rich.table import Table
 from simtrain.cli_errors import fail as _fail
 from simtrain.engine.sim import SimulationDeadlock
 from simtrain.errors import ScenarioError
-from simtrain.units import fmt_bytes, fmt_seconds
+from simtrain.report.rows import plural
 
 if TYPE_CHECKING:
     from simtrain.simulate import SimulationResult
@@ -45,34 +45,20 @@ err = Console(stderr=True)
 
 
 def _summary_table(summary: dict[str, Any]) -> Table:
+    """The run's key numbers: the ``cli`` metrics of :mod:`simtrain.report.schema`."""
+    from simtrain.report.schema import label, number, shown_in
+
     table = Table(title=f"simtrain · {summary.get('scenario', '')}", show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
-    rows = [
-        ("GPUs", f"{summary['num_gpus']} × {summary['gpu']}"),
-        ("step time", fmt_seconds(summary["step_time_s"])),
-        ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
-        ("MFU", f"{summary['mfu']:.1%}"),
-        ("HFU", f"{summary['hfu']:.1%}"),
-        ("compute (per GPU)", fmt_seconds(summary["compute_s"])),
-        ("communication (per GPU)", fmt_seconds(summary["comm_s"])),
-        ("exposed communication", fmt_seconds(summary["exposed_comm_s"])),
-    ]
-    # Keys other parts of the simulator may add; shown when present.
-    if isinstance(summary.get("bubble_fraction"), int | float):
-        rows.append(("pipeline bubble", f"{summary['bubble_fraction']:.1%}"))
-    if isinstance(summary.get("peak_memory_gib"), int | float):
-        rows.append(("peak memory (per GPU)", f"{summary['peak_memory_gib']:,.1f} GiB"))
-    if isinstance(summary.get("measured_compute"), dict):
-        rows.append(("compute from measured tables",
-                     f"{summary['measured_compute']['measured_fraction']:.1%}"))
-    rows += [
-        ("bytes communicated per GPU", fmt_bytes(summary["comm_bytes_per_gpu"])),
-        ("parameters", f"{summary['parameters'] / 1e9:.3f} B"),
-        ("microbatches per step", str(summary["micro_batches"])),
-    ]
-    for name, value in rows:
-        table.add_row(name, value)
+    for metric in shown_in("cli"):
+        value = number(summary, metric.key)
+        if value is None:
+            continue
+        text = metric.fmt(value)
+        if metric.key == "num_gpus" and summary.get("gpu"):
+            text = f"{text} × {summary['gpu']}"
+        table.add_row(label(metric, summary), text)
     return table
 
 
@@ -112,7 +98,8 @@ def write_report_file(path: Path, html: str) -> Path:
     return write_report(path, html)
 
 
-def _report_html(result: SimulationResult, title: str, yaml_text: str | None) -> str:
+def _report_html(result: SimulationResult, title: str, yaml_text: str | None,
+                 overrides: list[str] | None = None) -> str:
     from simtrain.report.html import render_report
     from simtrain.report.topology import topology_figure, topology_table_html
 
@@ -124,15 +111,27 @@ def _report_html(result: SimulationResult, title: str, yaml_text: str | None) ->
                                  f"{cluster.gpu_spec.name}"),
         topology_table=topology_table_html(cluster),
         hbm_bytes=cluster.gpu_spec.hbm_bytes,
-        subtitle=_subtitle(result),
+        subtitle=_subtitle(result, overrides or []),
     )
 
 
-def _subtitle(result: SimulationResult) -> str:
-    """The scenario's description, then the GPUs and the parallel degrees above 1."""
+def _subtitle(result: SimulationResult, overrides: list[str]) -> str:
+    """The scenario's description, then what ran: GPUs, servers and the parallel degrees
+    above 1 (always from the run itself). The description is the file's own words, so
+    when ``--set`` changed the scenario it says so and lists the overrides: "on one DGX
+    A100" must not stand unqualified over a run switched to H100s."""
     cluster = result.cluster
-    parts = [result.scenario.description] if result.scenario.description else []
-    where = f"{cluster.num_gpus:,} × {cluster.gpu_spec.name} in {cluster.num_servers:,} servers"
+    description = result.scenario.description
+    parts = []
+    if description and overrides:
+        parts.append(f"{description} (the file's description; this run changed it with "
+                     f"--set {', '.join(overrides)})")
+    elif description:
+        parts.append(description)
+    elif overrides:
+        parts.append(f"with --set {', '.join(overrides)}")
+    where = (f"ran: {cluster.num_gpus:,} × {cluster.gpu_spec.name} in "
+             f"{plural(cluster.num_servers, 'server')}")
     plan = result.summary.get("parallelism")
     if isinstance(plan, dict):
         degrees = " × ".join(f"{k.upper()}{v}" for k, v in plan.items()
@@ -175,7 +174,8 @@ def run(
     if not no_report:
         path = report or Path("reports") / f"{loaded.name}.html"
         with _status("writing the report", quiet or as_json):
-            html = _report_html(result, f"simtrain · {loaded.name}", _yaml_text(scenario))
+            html = _report_html(result, f"simtrain · {loaded.name}", _yaml_text(scenario),
+                                set_ or [])
             summary["report"] = str(write_report(path, html))
     if trace is not None:
         from simtrain.report.trace import chrome_trace, write_trace
@@ -183,13 +183,16 @@ def run(
         with _status("writing the trace", quiet or as_json):
             events = chrome_trace(result.timeline, graph=result.graph,
                                   server_of=result.cluster.server_of,
-                                  dtype=loaded.training.dtype)
+                                  dtype=loaded.training.dtype,
+                                  grad_dtype=loaded.parallelism.ddp.grad_dtype)
             summary["trace"] = str(write_trace(trace, events))
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     elif not quiet:
         out = Console()
         out.print(_summary_table(summary))
+        for note in summary.get("notes") or ():
+            out.print(f"note: {note}", highlight=False)
         for key in ("report", "trace"):
             if key in summary:
                 out.print(f"{key}: {summary[key]}")
@@ -260,9 +263,11 @@ def compare(
         table.add_column(n, justify="right")
     for n in names[1:]:
         table.add_column(f"Δ {n}", justify="right")
+    summaries = [r.summary for r in results]
     for key, row in diffs.items():
         values = [fmt_value(key, d.value) if d.value is not None else "n/a" for d in row]
-        table.add_row(metric_label(key), *values, *(fmt_delta(key, d) for d in row[1:]))
+        table.add_row(metric_label(key, summaries), *values,
+                      *(fmt_delta(key, d) for d in row[1:]))
     out = Console()
     out.print(table)
     if "report" in out_json:
@@ -346,7 +351,7 @@ def topology(
     out = Console()
     out.print(table)
     by_kind = ", ".join(f"{n:,} {k}" for k, n in totals["nodes_by_kind"].items())
-    out.print(f"{totals['gpus']:,} × {totals['gpu']} in {totals['servers']:,} servers "
+    out.print(f"{totals['gpus']:,} × {totals['gpu']} in {plural(totals['servers'], 'server')} "
               f"({totals['gpus_per_server']} per server); nodes: {by_kind}; "
               f"{totals['directed_links']:,} directed links")
     if "report" in result:
@@ -370,17 +375,30 @@ def _yaml_text(path: Path) -> str | None:
         return None
 
 
-@app.command()
-def presets() -> None:
+@app.command(
+    epilog=(
+        "Examples:\n\n"
+        "  simtrain presets\n\n"
+        "  simtrain presets --json"
+    )
+)
+def presets(as_json: JsonOption = False, quiet: QuietOption = False) -> None:
     """List the cluster, model and GPU presets a scenario can name."""
     from simtrain.hardware.gpus import GPUS
     from simtrain.hardware.topology import CLUSTER_PRESETS
     from simtrain.workload.model import MODEL_PRESETS
 
+    lists = {"clusters": sorted(CLUSTER_PRESETS), "models": sorted(MODEL_PRESETS),
+             "gpus": sorted(GPUS)}
+    if as_json:
+        sys.stdout.write(json.dumps(lists, indent=2) + "\n")
+        return
+    if quiet:
+        return
     out = Console()
-    for title, names in (("cluster presets", CLUSTER_PRESETS), ("model presets", MODEL_PRESETS),
-                         ("GPUs", GPUS)):
-        out.print(f"[bold]{title}:[/] {', '.join(sorted(names))}")
+    for title, key in (("cluster presets", "clusters"), ("model presets", "models"),
+                       ("GPUs", "gpus")):
+        out.print(f"[bold]{title}:[/] {', '.join(lists[key])}")
 
 
 def _register_extensions() -> None:

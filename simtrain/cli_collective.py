@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simtrain.cli_errors import fail
-from simtrain.comm.algorithms import ALGORITHMS
+from simtrain.comm.ops import CollectiveOp
 from simtrain.units import parse_bytes
 
 EPILOG = (
@@ -28,7 +28,7 @@ EPILOG = (
 
 
 def collective(
-    op: Annotated[str, typer.Argument(help=f"one of: {', '.join(ALGORITHMS)}")],
+    op: Annotated[str, typer.Argument(help=f"one of: {', '.join(CollectiveOp)}")],
     cluster: Annotated[str | None, typer.Option(help="cluster preset, e.g. dgx-a100")] = None,
     nodes: Annotated[int, typer.Option(help="servers of the preset")] = 1,
     scenario: Annotated[Path | None, typer.Option(help="take the cluster and comm "
@@ -37,6 +37,8 @@ def collective(
     min_bytes: Annotated[str, typer.Option("--min-bytes", "-b", help="smallest size")] = "8",
     max_bytes: Annotated[str, typer.Option("--max-bytes", "-e", help="largest size")] = "8G",
     factor: Annotated[int, typer.Option("--factor", "-f", help="size multiplier")] = 2,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors "
+                                                             "(exit status only)")] = False,
     algorithm: Annotated[str, typer.Option(help="force an algorithm [auto]")] = "auto",
     backend: Annotated[str | None, typer.Option(help="nccl, gloo, mpi or ideal")] = None,
     protocol: Annotated[str | None, typer.Option(help="auto, LL, LL128 or Simple")] = None,
@@ -54,8 +56,8 @@ def collective(
     from simtrain.scenario import load_scenario
 
     try:
-        if op not in ALGORITHMS:
-            raise fail(f"unknown collective {op!r}; expected one of: {', '.join(ALGORITHMS)}")
+        if op not in set(CollectiveOp):
+            raise fail(f"unknown collective {op!r}; expected one of: {', '.join(CollectiveOp)}")
         if (cluster is None) == (scenario is None):
             raise fail("give exactly one of --cluster PRESET or --scenario FILE")
         if scenario is not None:
@@ -79,15 +81,17 @@ def collective(
         group = gpus or built.num_gpus
         if not 2 <= group <= built.num_gpus:
             raise fail(f"--gpus {group} must be between 2 and the cluster's {built.num_gpus}")
-        ranks = tuple(range(group)) if op != "send_recv" else (0, group - 1)
+        ranks = tuple(range(group)) if op != CollectiveOp.SEND_RECV else (0, group - 1)
         message_sizes = sizes(_size(min_bytes, "--min-bytes"), _size(max_bytes, "--max-bytes"),
                               factor)
         model = comm_cfg.build(built, built.gpu_spec.arch)
-        rows = [r for r in run_sweep(built, model, op, ranks, message_sizes, algorithm)]
+        rows = list(run_sweep(built, model, op, ranks, message_sizes, algorithm))
     except ValueError as exc:  # ScenarioError, AlgorithmError and pydantic's errors
         raise fail(" ".join(str(exc).split("\n"))) from None
     if as_json:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+        return
+    if quiet:
         return
     table = Table(title=f"{op} · {group} × {built.gpu_spec.name} · {model.backend.name}")
     for column in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "protocol"):

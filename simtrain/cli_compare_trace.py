@@ -20,7 +20,8 @@ TOP = 10
 
 
 def run_compare_trace(trace: Path, scenario: Path, *, step: int | None, rank: int,
-                      overrides: list[str], report: Path | None, as_json: bool) -> None:
+                      overrides: list[str], report: Path | None, as_json: bool,
+                      quiet: bool = False) -> None:
     """Read, simulate, compare; see ``simtrain.ingest.compare_trace``."""
     from simtrain.ingest.compare_trace import (
         collective_diffs,
@@ -79,7 +80,8 @@ def run_compare_trace(trace: Path, scenario: Path, *, step: int | None, rank: in
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
         return
-    _print(payload)
+    if not quiet:
+        _print(payload)
 
 
 def _load(path: Path, overrides: list[str]) -> Any:

@@ -64,6 +64,7 @@ def import_trace(
         "--out", help="output prefix: writes PREFIX.ops.yaml and PREFIX.collectives.yaml "
                       "(default: the trace's path without .json)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors")] = False,
 ) -> None:
     """Build an efficiency table and a collective table from a PyTorch profiler trace."""
     from simtrain.ingest.kineto import read_trace
@@ -96,7 +97,8 @@ def import_trace(
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
-    _print(summary)
+    if not quiet:
+        _print(summary)
 
 
 def _print(summary: dict[str, Any]) -> None:
@@ -172,12 +174,13 @@ def compare_trace(
         "reports/compare-trace.html"),
     no_report: Annotated[bool, typer.Option("--no-report", help="write no HTML")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors")] = False,
 ) -> None:
     """Compare a measured step (profiler trace) with the simulated one."""
     from simtrain.cli_compare_trace import run_compare_trace
 
     run_compare_trace(trace, scenario, step=step, rank=rank, overrides=set_ or [],
-                      report=None if no_report else report, as_json=as_json)
+                      report=None if no_report else report, as_json=as_json, quiet=quiet)
 
 
 def register(app: typer.Typer) -> None:

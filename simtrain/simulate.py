@@ -22,6 +22,7 @@ from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.schedule import Step, build_schedule, peak_in_flight
 from simtrain.parallel.shard import ShardSpec, Unit, chunk_units, stage_layers
 from simtrain.report.metrics import summarize
+from simtrain.report.notes import run_notes
 from simtrain.scenario import Scenario, load_scenario, scenario_error
 from simtrain.training import DTYPE_BYTES, optimizer_bytes_per_param
 from simtrain.workload.compute import op_time
@@ -253,16 +254,20 @@ def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
     sim = scenario.sim
     tokens = scenario.training.global_batch_size * scenario.seq_len
     dims = plan.dims
+    metrics = summarize(
+        timeline,
+        num_gpus=cluster.num_gpus,
+        tokens_per_step=tokens,
+        model_flops_per_step=model_flops_per_step(scenario.model, tokens, scenario.seq_len),
+        peak_flops_per_gpu=cluster.gpu_spec.flops(scenario.training.dtype),
+    )
     summary: dict[str, Any] = {
         "scenario": scenario.name,
         "gpu": cluster.gpu_spec.name,
-        **summarize(
-            timeline,
-            num_gpus=cluster.num_gpus,
-            tokens_per_step=tokens,
-            model_flops_per_step=model_flops_per_step(scenario.model, tokens, scenario.seq_len),
-            peak_flops_per_gpu=cluster.gpu_spec.flops(scenario.training.dtype),
-        ),
+        **metrics,
+        # Plain-language notes on numbers that look like bugs (see simtrain.report.notes).
+        "notes": run_notes(timeline, metrics, recompute=scenario.parallelism.recompute,
+                           attention_kernel=scenario.model.attention_kernel),
         **step_breakdown(timeline),
         "peak_memory_gib": memory.total / GIB,
         "memory_breakdown": memory.gib(),

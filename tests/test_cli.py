@@ -145,7 +145,47 @@ def test_run_report_header_names_the_scenario(tmp_path):
                                  "--report", str(report)])
     assert result.exit_code == 0 and result.stdout == ""
     html = report.read_text()
-    assert 'class="subtitle">GPT-2 small' in html and "8 × a100-80gb in 1 servers" in html
+    assert 'class="subtitle">GPT-2 small' in html and "8 × a100-80gb in 1 server," in html
     for section in ('id="gantt-chart"', 'id="critical-path-table"', 'id="topology-chart"',
                     'id="memory-chart"'):
         assert section in html, section
+
+
+def test_presets_json_lists_and_quiet_prints_nothing():
+    result = runner.invoke(app, ["presets", "--json"])
+    assert result.exit_code == 0, result.output
+    lists = json.loads(result.stdout)
+    assert set(lists) == {"clusters", "models", "gpus"}
+    assert "dgx-h100" in lists["clusters"] and "llama3-70b" in lists["models"]
+    quiet = runner.invoke(app, ["presets", "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stdout == ""
+
+
+def test_every_command_has_json_and_quiet():
+    # The README promises "--json and --quiet for scripts" on every command.
+    import typer.main
+
+    group = typer.main.get_command(app)
+    missing = {name: flags for name, cmd in group.commands.items()  # type: ignore[attr-defined]
+               if (flags := {"--json", "--quiet"} - {o for p in cmd.params for o in p.opts})}
+    assert missing == {}
+
+
+def test_report_subtitle_says_when_set_changed_the_described_scenario(tmp_path):
+    report = tmp_path / "r.html"
+    result = runner.invoke(app, ["run", str(ROOT / "scenarios/quickstart.yaml"), "-q",
+                                 "--set", "cluster.preset=dgx-h100", "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    html = report.read_text()
+    # The file says "on one DGX A100"; the run is on H100s, and the subtitle says both.
+    assert "this run changed it with --set cluster.preset=dgx-h100" in html
+    assert "ran: 8 × h100-sxm in 1 server," in html and "1 servers" not in html
+    plain = tmp_path / "p.html"
+    runner.invoke(app, ["run", str(ROOT / "scenarios/quickstart.yaml"), "-q", "--report",
+                        str(plain)])
+    assert "changed it with" not in plain.read_text()
+
+
+def test_topology_says_1_server_not_1_servers():
+    result = runner.invoke(app, ["topology", "dgx-a100"])
+    assert result.exit_code == 0 and "in 1 server " in result.stdout

@@ -47,3 +47,11 @@ def test_bad_requests_exit_2_with_one_line():
         result = runner.invoke(app, ["collective", *args])
         assert result.exit_code == 2, (args, result.output)
         assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_quiet_prints_nothing_but_still_checks_input():
+    ok = runner.invoke(app, ["collective", "all_reduce", "--cluster", "dgx-a100", "-b", "1M",
+                             "-e", "1M", "--quiet"])
+    assert ok.exit_code == 0 and ok.stdout == ""
+    bad = runner.invoke(app, ["collective", "allreduce", "--cluster", "dgx-a100", "-q"])
+    assert bad.exit_code == 2 and "unknown collective" in bad.stderr

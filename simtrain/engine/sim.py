@@ -21,7 +21,7 @@ from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel, Lowered
 from simtrain.engine.network import Endpoint, Fabric, FlowNetwork, anchor, couple, relocate
 from simtrain.engine.taskgraph import Task, TaskGraph
-from simtrain.engine.timeline import FlowRecord, Span, Timeline
+from simtrain.engine.timeline import FlowRecord, Span, SpanKind, Timeline
 from simtrain.engine.waits import diagnose
 
 
@@ -52,7 +52,7 @@ def stalled_timeline(exc: SimulationDeadlock, num_ranks: int) -> Timeline:
         timeline.spans.extend(exc.timeline.spans)
         timeline.flows.extend(exc.timeline.flows)
     for rank, (since, stream, what) in sorted(exc.blocked.items()):
-        kind = "hung" if what.startswith("stopped") else "blocked"
+        kind = SpanKind.HUNG if what.startswith("stopped") else SpanKind.BLOCKED
         timeline.add(Span(rank, stream, kind, what, since, max(exc.at, since), 0.0, 0.0,
                           {"deadlock": True}, -1))
     return timeline

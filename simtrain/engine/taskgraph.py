@@ -14,22 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from simtrain.comm.ops import CollectiveOp
 from simtrain.limits import MAX_TASKS
 
 # Communication operations the engine can execute (see simtrain.comm for their algorithms).
-COMM_OPS = (
-    "all_reduce",
-    "reduce_scatter",
-    "all_gather",
-    "broadcast",
-    "reduce",
-    "scatter",
-    "gather",
-    "all_to_all",
-    "all_to_all_v",
-    "send_recv",
-    "barrier",
-)
+COMM_OPS: tuple[str, ...] = tuple(CollectiveOp)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,15 +5,40 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-# Span kinds, used for colours and breakdowns. Compute kinds run on a compute stream,
-# communication kinds on a communication stream.
-COMPUTE_KINDS = ("forward", "backward", "recompute", "optimizer", "compute")
-# Host-side time the GPUs wait for (framework overhead per step): busy, neither compute
-# nor communication.
-HOST_KINDS = ("host",)
-COMM_KINDS = ("dp_comm", "tp_comm", "cp_comm", "pp_comm", "ep_comm", "comm")
+
+class SpanKind(StrEnum):
+    """What a span's time was spent on: the one list of span kinds (colours, breakdowns,
+    critical-path shares and the trace all read it). Members equal their strings, so a
+    strategy may write ``kind="dp_comm"`` or ``SpanKind.DP_COMM`` alike."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    RECOMPUTE = "recompute"
+    OPTIMIZER = "optimizer"
+    COMPUTE = "compute"  # compute that is none of the above (tests, hand-built graphs)
+    HOST = "host"  # host-side work per step the GPUs wait for: busy, neither compute nor comm
+    DP_COMM = "dp_comm"  # data parallel: DDP gradient buckets, ZeRO/FSDP gathers and scatters
+    TP_COMM = "tp_comm"  # tensor / sequence parallel collectives inside a layer
+    CP_COMM = "cp_comm"  # context parallel: ring-attention KV passes, KV all-gathers
+    PP_COMM = "pp_comm"  # pipeline sends and receives between stages
+    EP_COMM = "ep_comm"  # expert parallel all-to-all dispatch and combine
+    COMM = "comm"  # communication of no parallel group above
+    # Markers in a deadlocked step's report (simtrain.engine.sim): the rank that stopped
+    # issuing work, and the ranks blocked behind it. Never part of a finished step.
+    HUNG = "hung"
+    BLOCKED = "blocked"
+
+
+# Compute kinds run on a compute stream, communication kinds on a communication stream.
+COMPUTE_KINDS: tuple[str, ...] = (SpanKind.FORWARD, SpanKind.BACKWARD, SpanKind.RECOMPUTE,
+                                  SpanKind.OPTIMIZER, SpanKind.COMPUTE)
+HOST_KINDS: tuple[str, ...] = (SpanKind.HOST,)
+COMM_KINDS: tuple[str, ...] = (SpanKind.DP_COMM, SpanKind.TP_COMM, SpanKind.CP_COMM,
+                               SpanKind.PP_COMM, SpanKind.EP_COMM, SpanKind.COMM)
+FAULT_KINDS: tuple[str, ...] = (SpanKind.HUNG, SpanKind.BLOCKED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,21 +17,10 @@ from simtrain.engine.timeline import Timeline
 from simtrain.report.critical import critical_path
 from simtrain.report.gantt import ServerOf, gantt_figure
 from simtrain.report.html import figure_div, fmt_value, gantt_ranks, page
+from simtrain.report.schema import BY_KEY, Metric, label, number, shown_in
 
-# (summary key, label); rows appear when at least one run has the key.
-COMPARE_METRICS: tuple[tuple[str, str], ...] = (
-    ("num_gpus", "GPUs"),
-    ("step_time_s", "step time"),
-    ("tokens_per_s", "tokens/s"),
-    ("mfu", "MFU"),
-    ("hfu", "HFU"),
-    ("compute_s", "compute (per GPU)"),
-    ("comm_s", "communication (per GPU)"),
-    ("exposed_comm_s", "exposed communication"),
-    ("bubble_fraction", "bubble"),
-    ("peak_memory_gib", "peak memory (GiB)"),
-    ("comm_bytes_per_gpu", "bytes communicated per GPU"),
-)
+# The rows: the schema's ``compare`` metrics, shown when at least one run has the key.
+COMPARE_METRICS: tuple[Metric, ...] = shown_in("compare")
 COMPARE_MAX_ROWS = 32
 _SYNC_JS = """
 <script>
@@ -80,17 +69,12 @@ class ComparedRun:
     graph: TaskGraph | None = None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 def differences(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[Difference]]:
     """Per metric present in any summary: each run's value and its change vs the first."""
     out: dict[str, list[Difference]] = {}
-    for key, _label in COMPARE_METRICS:
-        values = [_number(s.get(key)) for s in summaries]
+    for metric in COMPARE_METRICS:
+        key = metric.key
+        values = [number(s, key) for s in summaries]
         if all(v is None for v in values):
             continue
         base = values[0]
@@ -103,8 +87,10 @@ def differences(summaries: Sequence[Mapping[str, Any]]) -> dict[str, list[Differ
     return out
 
 
-def metric_label(key: str) -> str:
-    return dict(COMPARE_METRICS).get(key, key)
+def metric_label(key: str, summaries: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The row label of ``key`` for these runs (idle time named by its cause)."""
+    metric = BY_KEY.get(key)
+    return label(metric, *summaries) if metric is not None else key
 
 
 def fmt_delta(key: str, diff: Difference) -> str:
@@ -112,7 +98,8 @@ def fmt_delta(key: str, diff: Difference) -> str:
     if diff.delta is None:
         return "n/a"
     sign = "+" if diff.delta >= 0 else "−"
-    if key in ("mfu", "hfu") or key.endswith("_fraction"):
+    metric = BY_KEY.get(key)
+    if metric is not None and metric.unit == "fraction":
         text = f"{sign}{abs(diff.delta) * 100:.1f} pp"  # percentage points
     else:
         text = sign + fmt_value(key, abs(diff.delta) if key != "num_gpus" else int(abs(diff.delta)))
@@ -121,7 +108,8 @@ def fmt_delta(key: str, diff: Difference) -> str:
     return text
 
 
-def compare_table_html(names: Sequence[str], diffs: Mapping[str, list[Difference]]) -> str:
+def compare_table_html(names: Sequence[str], diffs: Mapping[str, list[Difference]],
+                       summaries: Sequence[Mapping[str, Any]] = ()) -> str:
     """Metrics as rows, runs as columns; every run after the first shows its difference."""
     esc = html.escape
     head = "".join(f"<th>{esc(n)}</th>" for n in names)
@@ -132,7 +120,7 @@ def compare_table_html(names: Sequence[str], diffs: Mapping[str, list[Difference
             f'<td class="num">{esc(fmt_value(key, d.value)) if d.value is not None else "n/a"}'
             "</td>" for d in row)
         cells += "".join(f'<td class="num">{esc(fmt_delta(key, d))}</td>' for d in row[1:])
-        rows.append(f"<tr><th>{esc(metric_label(key))}</th>{cells}</tr>")
+        rows.append(f"<tr><th>{esc(metric_label(key, summaries))}</th>{cells}</tr>")
     return (f'<table class="summary" id="compare-table"><thead><tr><th>metric</th>{head}</tr>'
             f'</thead><tbody>{"".join(rows)}</tbody></table>')
 
@@ -159,7 +147,8 @@ def render_compare(runs: Sequence[ComparedRun], *, title: str = "simtrain · com
         f"<header><h1>{html.escape(title)}</h1>"
         f'<p class="muted">Differences are against the first run, {html.escape(names[0])}. '
         "The Gantt charts share one time axis: zoom one and the others follow.</p></header>\n"
-        f'<section id="comparison"><h2>Summary</h2>{compare_table_html(names, diffs)}'
+        '<section id="comparison"><h2>Summary</h2>'
+        f"{compare_table_html(names, diffs, [r.summary for r in runs])}"
         "</section>\n"
         f'<section id="gantts"><h2>Timelines</h2>{"".join(divs)}</section>\n'
         + _SYNC_JS % ids_js

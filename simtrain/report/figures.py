@@ -1,7 +1,7 @@
 """Breakdown figures of the report, each computed from the timeline (or the summary).
 
 - communication per parallel group: overlapped with compute vs exposed, per span kind;
-- the memory stack per GPU, when the summary has a ``memory_breakdown``;
+- the memory stack per GPU and memory over the step (:mod:`simtrain.report.memory`);
 - utilisation over time of the busiest links (from the timeline's flows);
 - the critical path as an HTML table of merged segments with their share of the step.
 """
@@ -9,27 +9,35 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline, merge_intervals
+from simtrain.engine.timeline import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    SpanKind,
+    Timeline,
+    merge_intervals,
+)
 from simtrain.engine.timeline import overlap_length as _overlap
 from simtrain.report.critical import CriticalPath
-from simtrain.report.gantt import KIND_COLORS, ServerOf, kind_color, rank_labels
+from simtrain.report.gantt import KIND_COLORS, ServerOf, kind_color, plural, rank_labels
 from simtrain.report.links import busiest_links
 from simtrain.units import fmt_bytes, fmt_seconds
 
-GROUP_LABELS = {
-    "dp_comm": "DP / ZeRO",
-    "tp_comm": "TP / SP",
-    "cp_comm": "CP",
-    "pp_comm": "PP send/recv",
-    "ep_comm": "EP all-to-all",
-    "comm": "other comm",
+GROUP_LABELS: dict[str, str] = {
+    SpanKind.DP_COMM: "DP / ZeRO",
+    SpanKind.TP_COMM: "TP / SP",
+    SpanKind.CP_COMM: "CP",
+    SpanKind.PP_COMM: "PP send/recv",
+    SpanKind.EP_COMM: "EP all-to-all",
+    SpanKind.COMM: "other comm",
 }
+LINK_COLORS = {"nvlink": "#2ca02c", "pcie": "#ff7f0e", "ib": "#1f77b4", "ethernet": "#9467bd"}
 OVERLAPPED_COLOR = "#74c476"
 EXPOSED_COLOR = "#de2d26"
 _LAYOUT: dict[str, Any] = {
@@ -89,91 +97,37 @@ def comm_overlap_figure(timeline: Timeline) -> go.Figure | None:
     return fig
 
 
-def _to_gib(key: str, value: float, plain_is_gib: bool) -> float:
-    k = key.lower()
-    if k.endswith("_gib") or k.endswith("_gb"):
-        return value
-    if k.endswith("_mib"):
-        return value / 1024
-    if k.endswith("_bytes") or not plain_is_gib:
-        return value / 2**30
-    return value
-
-
-def _strip_unit(key: str) -> str:
-    for suffix in ("_gib", "_gb", "_mib", "_bytes"):
-        if key.lower().endswith(suffix):
-            return key[: -len(suffix)]
-    return key
-
-
-def memory_figure(summary: Mapping[str, Any], capacity_bytes: float | None = None
-                  ) -> go.Figure | None:
-    """Memory stack per GPU from ``summary["memory_breakdown"]`` (absent: no figure).
-
-    Accepts ``{category: amount}`` (one GPU) or ``{gpu or stage: {category: amount}}``.
-    A key ending in ``_gib``/``_mib``/``_bytes`` says its unit; plain keys are GiB when every
-    plain amount is below 10^6 (no memory category is under a megabyte when in bytes), else
-    bytes.
-    """
-    breakdown = summary.get("memory_breakdown")
-    if not isinstance(breakdown, Mapping) or not breakdown:
-        return None
-    if all(isinstance(v, Mapping) for v in breakdown.values()):
-        groups = {str(g): dict(v) for g, v in breakdown.items()}
-    else:
-        groups = {"per GPU": dict(breakdown)}
-    plain = [float(v) for parts in groups.values() for k, v in parts.items()
-             if isinstance(v, int | float) and _strip_unit(k) == k]
-    plain_is_gib = all(abs(v) < 1e6 for v in plain)
-    categories: list[str] = []
-    for parts in groups.values():
-        for key, value in parts.items():
-            if isinstance(value, int | float) and _strip_unit(key) not in categories:
-                categories.append(_strip_unit(key))
-    fig = go.Figure()
-    names = list(groups)
-    for cat in categories:
-        values = []
-        for parts in groups.values():
-            v = next((_to_gib(k, float(x), plain_is_gib) for k, x in parts.items()
-                      if _strip_unit(k) == cat and isinstance(x, int | float)), 0.0)
-            values.append(v)
-        fig.add_trace(go.Bar(name=cat.replace("_", " "), x=names, y=values,
-                             hovertemplate=f"%{{x}}<br>{html.escape(cat)}: %{{y:.2f}} GiB"
-                             "<extra></extra>"))
-    if capacity_bytes:
-        fig.add_hline(y=capacity_bytes / 2**30, line_dash="dash", line_color="#555",
-                      annotation_text=f"HBM {fmt_bytes(capacity_bytes)}")
-    fig.update_layout(title={"text": "Memory per GPU"}, barmode="stack", height=380,
-                      bargap=0.7 if len(names) <= 2 else 0.3,
-                      yaxis={"title": {"text": "GiB"}}, **_LAYOUT)
-    return fig
-
-
 def link_utilisation_figure(timeline: Timeline, links: Sequence[Any], *, top: int = 6,
                             bins: int = 200) -> go.Figure | None:
-    """Utilisation (% of line rate) over time of the ``top`` links that carried most bytes."""
+    """Utilisation (% of line rate) over time of the ``top`` links that carried most bytes,
+    one small panel per link on a shared time axis (lines drawn over each other hid the
+    links that moved together), each 0-100% and filled, named above its panel."""
     edges, loads = busiest_links(timeline, links, top=top, bins=bins)
     if not loads:
         return None
     centres = (edges[:-1] + edges[1:]) / 2 * 1e3
-    fig = go.Figure()
-    for load in loads:
+    n = len(loads)
+    titles = [f"{load.label} · {fmt_bytes(load.nbytes)} · peak "
+              f"{float(load.utilisation.max(initial=0.0)) * 100:.0f}%" for load in loads]
+    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.35 / n,
+                        subplot_titles=titles)
+    for i, load in enumerate(loads, start=1):
+        color = LINK_COLORS.get(load.kind, "#555555")
         fig.add_trace(go.Scatter(
-            name=f"{load.label} · {fmt_bytes(load.nbytes)}", x=centres,
-            y=np.round(load.utilisation * 100, 3), mode="lines", line={"shape": "hv"},
+            name=load.label, x=centres, y=np.round(load.utilisation * 100, 3), mode="lines",
+            line={"shape": "hv", "width": 1, "color": color}, fill="tozeroy",
+            showlegend=False,
             hovertemplate=f"{html.escape(load.label)}<br>%{{x:.3f}} ms: %{{y:.1f}}%"
             "<extra></extra>",
-        ))
+        ), row=i, col=1)
+        fig.update_yaxes(range=[0, 105], tickvals=[0, 50, 100], ticksuffix="%", row=i, col=1)
+    fig.update_xaxes(title={"text": "time (ms)"}, rangemode="tozero", row=n, col=1)
+    fig.update_annotations(font={"size": 11}, xanchor="left", x=0)
     fig.update_layout(
-        title={"text": f"Utilisation of the {len(loads)} busiest links (share of line rate; "
+        title={"text": f"Utilisation of the {n} busiest links (share of line rate; "
                        "the busiest of each link kind first)"},
-        height=420, xaxis={"title": {"text": "time (ms)"}, "rangemode": "tozero"},
-        yaxis={"title": {"text": "utilisation (% of line rate)"}, "rangemode": "tozero"},
-        legend={"orientation": "h", "y": -0.25}, **_LAYOUT,
+        height=90 * n + 130, **_LAYOUT,
     )
-    fig.update_layout(margin={"b": 120})
     return fig
 
 
@@ -196,8 +150,9 @@ def critical_path_html(path: CriticalPath, *, server_of: ServerOf | None = None,
     shares = " · ".join(f"{swatch(k)} {esc(k)} {v * 100:.1f}%"
                         for k, v in path.share_by_kind().items())
     waiting = max(step - path.busy, 0.0)
-    head = (f"<p>{len(path.spans):,} spans on the critical path cover {pct(path.busy)} of the "
-            f"step ({fmt_seconds(waiting)} between them). By kind: {shares}</p>")
+    head = (f"<p>{plural(len(path.spans), 'span')} on the critical path cover "
+            f"{pct(path.busy)} of the step ({fmt_seconds(waiting)} between them). "
+            f"By kind: {shares}</p>")
     stretches = path.stretches()
     rows = []
     for run in stretches[:max_rows]:

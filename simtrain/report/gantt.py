@@ -11,19 +11,45 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 
-from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, HOST_KINDS, Span, Timeline
+from simtrain.engine.timeline import (
+    COMM_KINDS,
+    COMPUTE_KINDS,
+    HOST_KINDS,
+    Span,
+    SpanKind,
+    Timeline,
+)
+from simtrain.report.bars import (
+    BUBBLE_NAME,
+    CRITICAL_PATH_COLOR,
+    CRITICAL_PATH_NAME,
+    HOVER_TEMPLATE,
+    IDLE_NAME,
+    MICROBATCH_NAME,
+    STRIP_OFFSET,
+    STRIP_WIDTH,
+    KindBars,
+    aggregate_runs,
+    bar_trace,
+    fmt_flops,
+    group_fields,
+    highlight_bars,
+    hover_fields,
+    idle_bars,
+    idle_trace,
+    label_trace,
+    microbatch_bars,
+)
 from simtrain.report.rows import (
     GPUS_PER_NODE,
     ServerOf,
     all_ranks,
     default_server_of,
     order_ranks,
+    plural,
     rank_labels,
     representative_ranks,
     role_representatives,
@@ -31,36 +57,36 @@ from simtrain.report.rows import (
     stream_sort_key,
     subset_note,
 )
-from simtrain.units import fmt_bytes, fmt_seconds
 
 # Row selection lives in rows.py; these names stay importable from here.
 __all__ = [
-    "AGGREGATE_ABOVE", "AGGREGATE_BINS", "CRITICAL_PATH_COLOR", "CRITICAL_PATH_NAME",
-    "DEFAULT_MAX_ROWS", "FALLBACK_COLOR", "GPUS_PER_NODE", "HOVER_TEMPLATE", "KIND_COLORS",
-    "KIND_ORDER", "ServerOf", "all_ranks", "default_server_of", "fmt_flops", "gantt_figure",
-    "hover_fields", "kind_color", "order_ranks", "ordered_kinds", "rank_labels",
+    "AGGREGATE_ABOVE", "AGGREGATE_BINS", "BUBBLE_NAME", "CRITICAL_PATH_COLOR",
+    "CRITICAL_PATH_NAME", "DEFAULT_MAX_ROWS", "FALLBACK_COLOR", "GPUS_PER_NODE",
+    "HOVER_TEMPLATE", "IDLE_NAME", "KIND_COLORS", "KIND_ORDER", "MICROBATCH_NAME", "ServerOf",
+    "all_ranks", "default_server_of", "fmt_flops", "gantt_figure", "hover_fields",
+    "kind_color", "order_ranks", "ordered_kinds", "plural", "rank_labels",
     "representative_ranks", "role_representatives", "stream_sort_key", "subset_note",
 ]
 
 
 # Compute kinds in blues/greens, communication kinds in oranges/reds/purples.
 KIND_COLORS: dict[str, str] = {
-    "forward": "#6baed6",
-    "backward": "#2171b5",
-    "recompute": "#17becf",
-    "optimizer": "#31a354",
-    "compute": "#74c476",
-    "dp_comm": "#fd8d3c",
-    "tp_comm": "#d62728",
-    "cp_comm": "#9467bd",
-    "pp_comm": "#e7298a",
-    "ep_comm": "#6a3d9a",
-    "comm": "#fdae6b",
-    "host": "#969696",
+    SpanKind.FORWARD: "#6baed6",
+    SpanKind.BACKWARD: "#2171b5",
+    SpanKind.RECOMPUTE: "#17becf",
+    SpanKind.OPTIMIZER: "#31a354",
+    SpanKind.COMPUTE: "#74c476",
+    SpanKind.DP_COMM: "#fd8d3c",
+    SpanKind.TP_COMM: "#d62728",
+    SpanKind.CP_COMM: "#9467bd",
+    SpanKind.PP_COMM: "#e7298a",
+    SpanKind.EP_COMM: "#6a3d9a",
+    SpanKind.COMM: "#fdae6b",
+    SpanKind.HOST: "#969696",
     # A deadlocked step's report (simtrain.engine.sim.stalled_timeline): the rank that
     # stopped in black, the ranks blocked behind it in pale grey.
-    "hung": "#000000",
-    "blocked": "#d9d9d9",
+    SpanKind.HUNG: "#000000",
+    SpanKind.BLOCKED: "#d9d9d9",
 }
 FALLBACK_COLOR = "#999999"
 KIND_ORDER: tuple[str, ...] = COMPUTE_KINDS + HOST_KINDS + COMM_KINDS
@@ -69,20 +95,7 @@ DEFAULT_MAX_ROWS = 64
 # step at most), so a big timeline stays a few thousand SVG bars.
 AGGREGATE_ABOVE = 5000
 AGGREGATE_BINS = 600
-CRITICAL_PATH_NAME = "critical path"
-CRITICAL_PATH_COLOR = "#111111"
-
-# customdata columns: name, kind, start, duration, bytes line, flops line, meta lines.
-HOVER_TEMPLATE = (
-    "<b>%{customdata[0]}</b><br>"
-    "kind: %{customdata[1]}<br>"
-    "start: %{customdata[2]}<br>"
-    "duration: %{customdata[3]}"
-    "%{customdata[4]}%{customdata[5]}%{customdata[6]}"
-    "<extra>%{y}</extra>"
-)
-
-
+LEGEND_ROW_PX = 22  # height of one legend entry (plotly, 12 px font)
 def kind_color(kind: str) -> str:
     """Fixed colour of a span kind (grey for kinds the palette does not know)."""
     return KIND_COLORS.get(kind, FALLBACK_COLOR)
@@ -91,88 +104,8 @@ def kind_color(kind: str) -> str:
 def ordered_kinds(kinds: Iterable[str]) -> list[str]:
     """Kinds in palette order (compute first, then comm), unknown kinds last, alphabetically."""
     present = set(kinds)
-    known = [k for k in KIND_ORDER if k in present]
-    return known + sorted(present - set(KIND_ORDER))
-
-
-def fmt_flops(flops: float) -> str:
-    """FLOPs as TFLOP for hover text: 1.5e12 -> '1.50 TFLOP'."""
-    tflop = flops / 1e12
-    return f"{tflop:,.2f} TFLOP" if tflop >= 0.01 else f"{tflop:.3g} TFLOP"
-
-
-def _fmt_meta_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def hover_fields(span: Span) -> tuple[str, str, str, str, str, str, str]:
-    """The customdata row of one span (HTML-escaped; optional lines are empty when absent)."""
-    esc = html.escape
-    nbytes = f"<br>bytes: {fmt_bytes(span.bytes)}" if span.bytes > 0 else ""
-    flops = f"<br>FLOPs: {fmt_flops(span.flops)}" if span.flops > 0 else ""
-    meta = "".join(
-        f"<br>{esc(str(k).replace('_', ' '))}: {esc(_fmt_meta_value(v))}"
-        for k, v in span.meta.items()
-    )
-    return (
-        esc(span.name),
-        esc(span.kind),
-        fmt_seconds(span.start),
-        fmt_seconds(span.duration),
-        nbytes,
-        flops,
-        meta,
-    )
-
-
-@dataclass
-class _KindBars:
-    """Column lists of one kind's bars, turned into a single trace at the end."""
-
-    y: list[str] = field(default_factory=list)
-    base: list[float] = field(default_factory=list)
-    length: list[float] = field(default_factory=list)
-    custom: list[tuple[str, ...]] = field(default_factory=list)
-
-    def add(self, label: str, start: float, end: float, custom: tuple[str, ...]) -> None:
-        self.y.append(label)
-        self.base.append(start * 1e3)
-        self.length.append((end - start) * 1e3)
-        self.custom.append(custom)
-
-
-def _aggregate(spans: list[Span], resolution: float) -> list[list[Span]]:
-    """Runs of same-kind spans on one row, each at most ``resolution`` long (sorted input)."""
-    groups: list[list[Span]] = []
-    for s in spans:
-        g = groups[-1] if groups else None
-        if (g is not None and g[-1].kind == s.kind and s.start - g[-1].end <= resolution
-                and s.end - g[0].start <= resolution):
-            g.append(s)
-        else:
-            groups.append([s])
-    return groups
-
-
-def _group_fields(group: list[Span]) -> tuple[str, ...]:
-    if len(group) == 1:
-        return hover_fields(group[0])
-    first, last = group[0], group[-1]
-    nbytes = sum(s.bytes for s in group)
-    flops = sum(s.flops for s in group)
-    busy = sum(s.duration for s in group)
-    esc = html.escape
-    return (
-        esc(f"{len(group)} × {first.kind}: {first.name} … {last.name}"),
-        esc(first.kind),
-        fmt_seconds(first.start),
-        f"{fmt_seconds(last.end - first.start)} (busy {fmt_seconds(busy)})",
-        f"<br>bytes: {fmt_bytes(nbytes)}" if nbytes > 0 else "",
-        f"<br>FLOPs: {fmt_flops(flops)}" if flops > 0 else "",
-        "<br>aggregated: zoomed out view of a large timeline; the trace export has every span",
-    )
+    known = [str(k) for k in KIND_ORDER if k in present]
+    return known + sorted(str(k) for k in present - set(KIND_ORDER))
 
 
 def gantt_figure(
@@ -220,37 +153,47 @@ def gantt_figure(
     aggregate = drawn > aggregate_above
     resolution = (timeline.end or 1.0) / AGGREGATE_BINS
 
-    bars: dict[tuple[int, str], _KindBars] = {}
+    bars: dict[tuple[int, str], KindBars] = {}
     for row in rows:
         spans = per_row.get(row, [])
         level = level_of[row]
         if aggregate:
             spans = sorted(spans, key=lambda s: (s.start, s.end))
-            for group in _aggregate(spans, resolution):
-                kb = bars.setdefault((level, group[0].kind), _KindBars())
-                kb.add(row_label[row], group[0].start, group[-1].end, _group_fields(group))
+            for group in aggregate_runs(spans, resolution):
+                kb = bars.setdefault((level, group[0].kind), KindBars())
+                kb.add(row_label[row], group[0].start, group[-1].end, group_fields(group))
         else:
             for s in spans:
-                kb = bars.setdefault((level, s.kind), _KindBars())
+                kb = bars.setdefault((level, s.kind), KindBars())
                 kb.add(row_label[row], s.start, s.end, hover_fields(s))
 
     fig = go.Figure()
     visible_flags: list[bool] = []
+    pipelined = any(s.kind == SpanKind.PP_COMM for s in timeline.spans)
+    step = timeline.end or 1.0
+    for level, kb in sorted(idle_bars(timeline, rows, row_label, level_of, step).items()):
+        fig.add_trace(idle_trace(kb, BUBBLE_NAME if pipelined else IDLE_NAME,
+                                  showlegend=level == 0, visible=level == 0))
+        visible_flags.append(level == 0)
     for level in (0, 1) if two_levels else (0,):
         for kind in ordered_kinds(k for lv, k in bars if lv == level):
             kb = bars[(level, kind)]
-            fig.add_trace(_bar_trace(kind, kb, kind_color(kind), legendgroup=kind,
+            fig.add_trace(bar_trace(kind, kb, kind_color(kind), legendgroup=kind,
                                      showlegend=level == 0, visible=level == 0))
             visible_flags.append(level == 0)
     # Critical runs on a row merge across short gaps, so the outline reads as one box
     # around a burst of thin bars instead of painting each of them black.
-    crit = _highlight_bars(highlight, row_label, level_of, (timeline.end or 1.0) / 150)
+    crit = highlight_bars(highlight, row_label, level_of, (timeline.end or 1.0) / 150)
     for level, kb in sorted(crit.items()):
-        trace = _bar_trace(CRITICAL_PATH_NAME, kb, "rgba(0,0,0,0)", legendgroup="critical",
+        trace = bar_trace(CRITICAL_PATH_NAME, kb, CRITICAL_PATH_COLOR, legendgroup="critical",
                            showlegend=level == 0, visible=level == 0)
-        trace.marker.line = {"width": 1.6, "color": CRITICAL_PATH_COLOR}
+        trace.update(width=STRIP_WIDTH, offset=STRIP_OFFSET)
         fig.add_trace(trace)
         visible_flags.append(level == 0)
+    if pipelined and not aggregate:
+        for level, kb in sorted(microbatch_bars(per_row, row_label, level_of).items()):
+            fig.add_trace(label_trace(kb, showlegend=level == 0, visible=level == 0))
+            visible_flags.append(level == 0)
 
     full_title = title
     rows0 = [row_label[r] for r in rows if level_of[r] == 0]
@@ -264,15 +207,20 @@ def gantt_figure(
         full_title = f"{title} — {note}" if title else note
     if aggregate:
         full_title += " · small spans aggregated"
+    # The legend may only use the plot area (height less the top and bottom margins).
+    legend_rows = sum(1 for tr in fig.data if tr.showlegend is not False) + 1  # + title
+    top = 80 if two_levels else 60
+    min_height = LEGEND_ROW_PX * legend_rows + top + 50 + 20
     fig.update_layout(
         title={"text": html.escape(full_title)},
         template="plotly_white",
         barmode="overlay",
         dragmode="zoom",
         hovermode="closest",
-        height=_height(len(rows0)),
-        margin={"l": 10, "r": 10, "t": 80 if two_levels else 60, "b": 50},
-        legend={"title": {"text": "kind"}},
+        height=_height(len(rows0), min_height),
+        margin={"l": 10, "r": 10, "t": top, "b": 50},
+        legend={"title": {"text": "kind"}, "tracegroupgap": 0},
+        uniformtext={"mode": "hide", "minsize": 8},
         xaxis={"title": {"text": "time (ms)"}, "rangemode": "tozero"},
         yaxis={
             "type": "category",
@@ -289,65 +237,21 @@ def gantt_figure(
             "type": "dropdown", "direction": "down", "x": 1.0, "xanchor": "right",
             "y": 1.0, "yanchor": "bottom", "showactive": True,
             "buttons": [
-                {"label": f"{len(reps)} representative ranks", "method": "update",
+                {"label": plural(len(reps), "representative rank"), "method": "update",
                  "args": [{"visible": visible_flags},
-                          {"yaxis.categoryarray": rows0, "height": _height(len(rows0))}]},
-                {"label": f"{shown} ranks", "method": "update",
+                          {"yaxis.categoryarray": rows0,
+                           "height": _height(len(rows0), min_height)}]},
+                {"label": plural(shown, "rank"), "method": "update",
                  "args": [{"visible": [True] * len(visible_flags)},
                           {"yaxis.categoryarray": categories,
-                           "height": _height(len(categories))}]},
+                           "height": _height(len(categories), min_height)}]},
             ],
         }])
     return fig
 
 
-def _height(rows: int) -> int:
-    return max(300, 22 * rows + 160)
+def _height(rows: int, at_least: int = 300) -> int:
+    """Figure height: 22 px per row, and never less than the legend needs (else plotly
+    hides the last legend entries behind a scroll bar)."""
+    return max(300, at_least, 22 * rows + 160)
 
-
-def _bar_trace(name: str, kb: _KindBars, color: str, **kw: Any) -> go.Bar:
-    return go.Bar(
-        name=name,
-        y=np.array(kb.y, dtype=object),
-        base=np.array(kb.base, dtype=float),
-        x=np.array(kb.length, dtype=float),
-        orientation="h",
-        width=0.8,
-        marker={"color": color, "line": {"width": 0}},
-        customdata=np.array(kb.custom, dtype=object),
-        hovertemplate=HOVER_TEMPLATE,
-        **kw,
-    )
-
-
-def _highlight_bars(
-    spans: Iterable[Span],
-    row_label: dict[tuple[int, str], str],
-    level_of: dict[tuple[int, str], int],
-    resolution: float,
-) -> dict[int, _KindBars]:
-    """Outline bars for the highlighted spans on drawn rows; touching spans merge."""
-    per_row: dict[tuple[int, str], list[Span]] = {}
-    for s in spans:
-        if (s.rank, s.stream) in row_label:
-            per_row.setdefault((s.rank, s.stream), []).append(s)
-    out: dict[int, _KindBars] = {}
-    for row, row_spans in per_row.items():
-        row_spans.sort(key=lambda s: s.start)
-        runs: list[list[Span]] = []
-        for s in row_spans:
-            if runs and s.start - runs[-1][-1].end <= resolution:
-                runs[-1].append(s)
-            else:
-                runs.append([s])
-        kb = out.setdefault(level_of[row], _KindBars())
-        for run in runs:
-            first, last = run[0], run[-1]
-            custom = (
-                html.escape(f"critical path: {first.name} … {last.name}" if len(run) > 1
-                            else f"critical path: {first.name}"),
-                "critical path", fmt_seconds(first.start), fmt_seconds(last.end - first.start),
-                "", "", f"<br>spans: {len(run)}",
-            )
-            kb.add(row_label[row], first.start, last.end, custom)
-    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from simtrain.report.figures import (
     comm_overlap_figure,
     critical_path_html,
     link_utilisation_figure,
-    memory_figure,
 )
 from simtrain.report.gantt import (
     DEFAULT_MAX_ROWS,
@@ -34,12 +33,17 @@ from simtrain.report.gantt import (
     kind_color,
     order_ranks,
     ordered_kinds,
+    plural,
     rank_labels,
     representative_ranks,
     role_representatives,
     subset_note,
 )
+from simtrain.report.memory import MEMORY_CAPTION, memory_figure
+from simtrain.report.schema import BY_KEY, fmt_count, fmt_percent, label, number, shown_in
 from simtrain.units import fmt_bytes, fmt_seconds
+
+_SHARE_OF_STEP = ("compute_s", "comm_s", "exposed_comm_s", "bubble_s")
 
 PLOTLY_CONFIG: dict[str, Any] = {"scrollZoom": True, "displaylogo": False}
 GANTT_DIV_ID = "gantt-chart"
@@ -65,23 +69,12 @@ table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
 pre { background: #fff; border: 1px solid #d9e2ec; padding: 0.8rem; overflow-x: auto; }
 .muted { color: #52606d; font-size: 0.85rem; }
 .subtitle { margin: -0.4rem 0 0.8rem; color: #334e68; }
+ul.notes { background: #fffbea; border: 1px solid #f0d98c; border-radius: 6px;
+           padding: 0.5rem 0.9rem 0.5rem 2rem; font-size: 0.9rem; max-width: 75rem; }
 """
 
 
 # --- value formatting -------------------------------------------------------------------
-
-
-def fmt_count(value: float) -> str:
-    """Large counts with a decimal suffix: 1234567 -> '1.23 M'."""
-    for suffix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.2f} {suffix}"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def fmt_percent(fraction: float) -> str:
-    """A fraction as a percentage: 0.4123 -> '41.2%'."""
-    return f"{fraction * 100:.1f}%"
 
 
 def fmt_value(key: str, value: Any) -> str:
@@ -90,6 +83,8 @@ def fmt_value(key: str, value: Any) -> str:
     parent = key.split(".", 1)[0].lower() if "." in key else ""
     if isinstance(value, bool) or value is None:
         return str(value)
+    if key in BY_KEY and isinstance(value, int | float | np.integer | np.floating):
+        return BY_KEY[key].fmt(float(value))
     if isinstance(value, int | float | np.integer | np.floating):
         v = float(value)
         if leaf.endswith("_gib"):
@@ -129,53 +124,21 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
 
 # --- header cards -----------------------------------------------------------------------
 
-# (label, accepted summary keys, formatter). The first key present wins; absent cards skip.
-_CARDS: tuple[tuple[str, tuple[str, ...], Callable[[float], str]], ...] = (
-    ("step time", ("step_time_s", "step_s", "step_time"), fmt_seconds),
-    ("tokens/s", ("tokens_per_s", "tokens_per_second", "throughput_tokens_per_s"),
-     fmt_count),
-    ("MFU", ("mfu",), fmt_percent),
-    ("HFU", ("hfu",), fmt_percent),
-    ("peak memory", ("peak_memory_gib",), lambda v: f"{v:,.1f} GiB"),
-    ("peak memory", ("peak_memory_bytes", "peak_memory"), fmt_bytes),
-    ("exposed comm", ("exposed_comm_s", "exposed_communication_s"), fmt_seconds),
-    ("bubble", ("bubble_s",), fmt_seconds),
-    ("bubble", ("bubble_fraction",), fmt_percent),
-    ("compute", ("compute_s", "compute_time_s"), fmt_seconds),
-    ("communication", ("comm_s", "communication_s", "comm_time_s"), fmt_seconds),
-    ("GPUs", ("num_gpus", "gpus", "world_size", "num_ranks"), lambda v: f"{int(v):,}"),
-)
-_SHARE_OF_STEP = ("compute", "communication", "exposed comm")
-
-
-def _lookup(summary: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
-    for key in keys:
-        value = summary.get(key)
-        if isinstance(value, int | float | np.integer | np.floating) and not isinstance(
-            value, bool
-        ):
-            return float(value)
-    return None
-
-
 def cards_html(summary: Mapping[str, Any]) -> str:
-    """The key-number cards; compute/comm cards also show their share of the step time."""
-    step = _lookup(summary, _CARDS[0][1])
+    """The key-number cards (the schema's ``card`` metrics present in ``summary``); the
+    compute, communication and idle cards also show their share of the step time."""
+    step = number(summary, "step_time_s")
     parts: list[str] = []
-    done: set[str] = set()
-    for label, keys, fmt in _CARDS:
-        value = _lookup(summary, keys)
-        if value is None or label in done:
+    for metric in shown_in("card"):
+        value = number(summary, metric.key)
+        if value is None:
             continue
-        done.add(label)
         sub = ""
-        if label == "bubble" and "bubble_fraction" in summary and "bubble_s" in summary:
-            sub = f'<div class="sub">{fmt_percent(float(summary["bubble_fraction"]))} of step</div>'
-        elif label in _SHARE_OF_STEP and step:
+        if metric.key in _SHARE_OF_STEP and step:
             sub = f'<div class="sub">{fmt_percent(value / step)} of step</div>'
         parts.append(
-            f'<div class="card"><div class="label">{html.escape(label)}</div>'
-            f'<div class="value">{html.escape(fmt(value))}</div>{sub}</div>'
+            f'<div class="card"><div class="label">{html.escape(label(metric, summary))}</div>'
+            f'<div class="value">{html.escape(metric.fmt(value))}</div>{sub}</div>'
         )
     return f'<div class="cards">{"".join(parts)}</div>'
 
@@ -185,7 +148,7 @@ def summary_table_html(summary: Mapping[str, Any]) -> str:
     rows = "".join(
         f'<tr><th>{html.escape(key)}</th><td class="num">{html.escape(fmt_value(key, value))}'
         "</td></tr>"
-        for key, value in flatten(summary)
+        for key, value in flatten(summary) if key != "notes"  # shown above, in full
     )
     return f'<table class="summary"><tbody>{rows}</tbody></table>'
 
@@ -315,10 +278,11 @@ def render_report(
     """One self-contained HTML document (plotly.js inline once, no network references).
 
     Sections in order: header with key-number cards; the Gantt chart (critical path
-    outlined; one rank per role first on big clusters); breakdowns (busy time by kind per
-    rank, communication overlapped vs exposed per group, memory per GPU when the summary
-    has ``memory_breakdown``, busiest links over time when ``links`` and flows exist, the
-    critical path table, the summary table); the topology figure when given; the scenario.
+    drawn as a strip under its bars; one rank per role first on big clusters); breakdowns
+    (busy time by kind per rank, communication overlapped vs exposed per group, memory
+    when the summary has ``memory_breakdown`` (over the step too: from ``timeline``),
+    busiest links over time when ``links`` and flows exist, the critical path table, the
+    summary table); the topology figure when given; the scenario.
     ``graph`` lets the critical path follow task dependencies, not just stream order;
     ``subtitle`` (e.g. the scenario's description and plan) goes under the title.
     """
@@ -333,9 +297,11 @@ def render_report(
     overlap = comm_overlap_figure(timeline)
     if overlap is not None:
         parts.append(div(overlap, "comm-overlap-chart"))
-    memory = memory_figure(summary, hbm_bytes)
+    memory = memory_figure(summary, hbm_bytes, timeline, server_of)
     if memory is not None:
         parts.append(div(memory, "memory-chart"))
+        if len(memory.data) > len(summary.get("memory_breakdown") or {}):
+            parts.append(f'<p class="muted">{html.escape(MEMORY_CAPTION)}</p>')
     if links is not None and timeline.flows:
         util = link_utilisation_figure(timeline, links)
         if util is not None:
@@ -353,12 +319,14 @@ def render_report(
         )
     n_ranks = len({s.rank for s in timeline.spans})
     facts = (
-        f"{len(timeline):,} spans on {n_ranks:,} ranks · timeline ends at "
+        f"{plural(len(timeline), 'span')} on {plural(n_ranks, 'rank')} · timeline ends at "
         f"{fmt_seconds(timeline.end)} · drag to zoom, scroll to zoom, double-click to reset, "
-        "click legend entries to toggle kinds; the black outline is the critical path"
+        "click legend entries to toggle kinds; the black strip under the bars is the critical path"
     )
     sub = f'<p class="subtitle">{html.escape(subtitle)}</p>' if subtitle else ""
-    header = (f"<header><h1>{html.escape(title)}</h1>{sub}{cards_html(summary)}"
+    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in summary.get("notes") or ())
+    notes = f'<ul class="notes" id="notes">{notes}</ul>' if notes else ""
+    header = (f"<header><h1>{html.escape(title)}</h1>{sub}{cards_html(summary)}{notes}"
               f'<p class="muted">{html.escape(facts)}</p></header>')
     return page(title, header + "\n" + "\n".join(parts))
 

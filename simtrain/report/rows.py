@@ -72,6 +72,11 @@ def all_ranks(timeline: Timeline) -> list[int]:
     return sorted(set(range(timeline.num_ranks)) | {s.rank for s in timeline.spans})
 
 
+def plural(n: int, noun: str) -> str:
+    """``1 rank``, ``2 ranks``, ``1,024 servers`` (the nouns used here take a plain -s)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def subset_note(shown: int, total: int) -> str:
     """Title suffix saying a chart shows only a representative subset of ranks."""
     return f"showing {shown} of {total} ranks (first, last, evenly spaced)"

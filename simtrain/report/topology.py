@@ -13,6 +13,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from simtrain.report.rows import plural
 from simtrain.units import fmt_bandwidth, fmt_seconds
 
 LEVELS = {"spine": 5, "leaf": 4, "nic": 3, "cpu": 2.5, "pcie_switch": 2, "nvswitch": 2,
@@ -54,7 +55,7 @@ def topology_table_html(cluster: Any) -> str:
         f'<td class="num">{r["links"]:,}</td><td class="num">{r["bandwidth"]}</td>'
         f'<td class="num">{r["latency"]}</td></tr>' for r in topology_rows(cluster))
     return (f"<p>{totals['gpus']:,} × {html.escape(totals['gpu'])} in "
-            f"{totals['servers']:,} servers; nodes: {html.escape(by_kind)}; "
+            f"{plural(totals['servers'], 'server')}; nodes: {html.escape(by_kind)}; "
             f"{totals['directed_links']:,} directed links</p>"
             '<table class="summary" id="topology-table"><thead><tr><th>kind</th><th>between</th>'
             "<th>links</th><th>bandwidth / direction</th><th>latency</th></tr></thead>"

@@ -16,24 +16,28 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simtrain.comm.ops import REDUCING, CollectiveOp
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.engine.timeline import Span, Timeline
 from simtrain.report.rows import ServerOf, all_ranks, rank_labels, stream_sort_key
 
 # NCCL's kernel naming: ncclDevKernel_<Func>_<RedOp>_<dtype>_<ALGO>_<PROTO> (src/device).
-NCCL_FUNCS = {
-    "all_reduce": ("AllReduce", "allreduce"),
-    "reduce_scatter": ("ReduceScatter", "_reduce_scatter_base"),
-    "all_gather": ("AllGather", "_allgather_base"),
-    "broadcast": ("Broadcast", "broadcast"),
-    "reduce": ("Reduce", "reduce"),
-    "all_to_all": ("SendRecv", "all_to_all"),
-    "send_recv": ("SendRecv", "send"),
+NCCL_FUNCS: dict[str, tuple[str, str]] = {
+    CollectiveOp.ALL_REDUCE: ("AllReduce", "allreduce"),
+    CollectiveOp.REDUCE_SCATTER: ("ReduceScatter", "_reduce_scatter_base"),
+    CollectiveOp.ALL_GATHER: ("AllGather", "_allgather_base"),
+    CollectiveOp.BROADCAST: ("Broadcast", "broadcast"),
+    CollectiveOp.REDUCE: ("Reduce", "reduce"),
+    CollectiveOp.ALL_TO_ALL: ("SendRecv", "all_to_all"),
+    CollectiveOp.ALL_TO_ALL_V: ("SendRecv", "all_to_all"),
+    CollectiveOp.SEND_RECV: ("SendRecv", "send"),
 }
-_REDUCING = {"all_reduce", "reduce_scatter", "reduce"}
 _DTYPE_BYTES = {"fp32": 4, "float": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+# PyTorch's names (the profiler's "dtype" arg) and NCCL's (in kernel names, src/device).
 _DTYPE_NAMES = {"fp32": "Float", "float": "Float", "fp16": "Half", "bf16": "BFloat16",
                 "fp8": "Float8_e4m3fn", "int8": "Char"}
+_NCCL_DTYPES = {"fp32": "f32", "float": "f32", "fp16": "f16", "bf16": "bf16", "fp8": "f8e4m3",
+                "int8": "i8"}
 _ALGOS = {"ring": "RING", "tree": "TREE", "direct": "RING", "chain": "RING",
           "halving_doubling": "RING", "hierarchical": "RING"}
 
@@ -54,13 +58,21 @@ def nccl_kernel_name(op: str, algorithm: str = "ring", dtype: str = "bf16",
     else:
         proto = "LL" if nbytes < 64 * 1024 else "LL128" if nbytes < 8 * 2**20 else "SIMPLE"
     algo = _ALGOS.get(algorithm.split("_")[0] if algorithm not in _ALGOS else algorithm, "RING")
-    redop = "Sum_" if op in _REDUCING else ""
-    return f"ncclDevKernel_{func}_{redop}{dtype}_{algo}_{proto}"
+    redop = "Sum_" if op in REDUCING else ""
+    return f"ncclDevKernel_{func}_{redop}{_NCCL_DTYPES.get(dtype, dtype)}_{algo}_{proto}"
 
 
-def _span_dtype(span: Span, default: str) -> str:
-    value = span.meta.get("dtype") or span.meta.get("grad_dtype") or default
-    return str(value)
+def span_dtype(span: Span, dtype: str, grad_dtype: str | None = None) -> str:
+    """The element type a communication span moves: its own ``dtype`` meta when the
+    lowering set one; else ``grad_dtype`` for data-parallel gradient reductions (DDP
+    buckets and ZeRO/FSDP reduce-scatters are kept in ``parallelism.ddp.grad_dtype``, fp32
+    by default); else the training ``dtype`` (activations, parameter all-gathers)."""
+    own = span.meta.get("dtype")
+    if own:
+        return str(own)
+    if grad_dtype and span.kind == "dp_comm" and span.meta.get("op") in REDUCING:
+        return grad_dtype
+    return dtype
 
 
 def _comm_args(span: Span, group: tuple[int, ...] | None, dtype: str) -> dict[str, Any]:
@@ -92,8 +104,10 @@ def chrome_trace(
     graph: TaskGraph | None = None,
     server_of: ServerOf | None = None,
     dtype: str = "bf16",
+    grad_dtype: str | None = None,
 ) -> dict[str, Any]:
-    """The trace as a JSON-ready dict (see module docstring). ``dtype`` names comm kernels."""
+    """The trace as a JSON-ready dict (see module docstring). ``dtype`` is the training
+    dtype, ``grad_dtype`` that of gradient reductions (None: the same); see span_dtype."""
     labels = rank_labels(all_ranks(timeline), server_of)
     streams: dict[int, set[str]] = {}
     for s in timeline.spans:
@@ -121,12 +135,12 @@ def chrome_trace(
         ts, dur = s.start * 1e6, s.duration * 1e6
         if s.is_comm or "op" in s.meta:
             op = str(s.meta.get("op", "comm"))
-            dt = _span_dtype(s, dtype)
+            dt = span_dtype(s, dtype, grad_dtype)
             name = nccl_kernel_name(op, str(s.meta.get("algorithm", "ring")), dt, s.bytes,
                                     s.meta.get("protocol"))
             args = _comm_args(s, group, dt)
             cat = "kernel"
-            if op == "send_recv":
+            if op == CollectiveOp.SEND_RECV:
                 p2p.setdefault(s.task, {})[s.rank] = s
         else:
             name, cat = s.name, "kernel"

@@ -33,17 +33,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from simtrain.errors import ScenarioError
+from simtrain.report.schema import METRICS
 from simtrain.yamlfile import read_file
 
 MAX_POINTS = 1_000_000  # a range or grid larger than this is surely a typo
-# Numeric summary keys a sweep can rank by (tests/study/test_spec.py checks each against a
-# real summary), and the flattened groups such as exposed_comm_by_kind.dp_comm.
-OBJECTIVE_METRICS = (
-    "step_time_s", "tokens_per_s", "mfu", "hfu", "compute_s", "comm_s", "exposed_comm_s",
-    "comm_bytes_per_gpu", "bubble_s", "bubble_fraction", "peak_memory_gib", "num_gpus",
-    "tokens_per_step", "model_flops_per_step", "hardware_flops_per_step", "parameters",
-    "micro_batches", "tasks",
-)
+# Numeric summary keys a sweep can rank by: the schema's always-present numbers
+# (simtrain.report.schema, the one list of summary metrics), and the flattened groups such
+# as exposed_comm_by_kind.dp_comm.
+OBJECTIVE_METRICS = tuple(m.key for m in METRICS if not m.optional)
 OBJECTIVE_PREFIXES = ("exposed_comm_by_kind.", "memory_breakdown.", "parallelism.")
 _TOP_KEYS = ("name", "description", "base", "axes", "zip", "objective")
 
@@ -292,7 +289,7 @@ def _objective(raw: Any, label: str) -> Objective:
     if not is_objective_metric(metric):
         close = difflib.get_close_matches(metric, OBJECTIVE_METRICS, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ScenarioError(f"objective metric {metric!r} is not a summary number; {hint}"
+        raise ScenarioError(f"objective.metric: unknown summary metric {metric!r}; {hint}"
                             f"expected one of: {', '.join(OBJECTIVE_METRICS)}, or "
                             f"{', '.join(p + '<key>' for p in OBJECTIVE_PREFIXES)}",
                             source=label)

@@ -6,6 +6,7 @@ only when /usr/bin/chromium is absent; ``.ci/run`` installs it.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,8 @@ from typing import Any
 import pytest
 
 import simtrain
-from simtrain.engine.timeline import Span, Timeline
-from simtrain.report.gantt import CRITICAL_PATH_NAME
+from simtrain.engine.timeline import COMM_KINDS, Span, Timeline
+from simtrain.report.gantt import CRITICAL_PATH_NAME, KIND_COLORS
 from simtrain.report.html import GANTT_DIV_ID, render_report, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,10 +39,63 @@ _COUNT_BARS = """
   for (const tr of gd.data) {
     if (tr.visible === false) { continue; }
     const n = Array.isArray(tr.y) ? tr.y.length : 0;  // y is a plain list (x may be base64)
-    if (tr.name === 'CRITICAL') { out.outline += n; } else { out.kinds += n; }
+    if (tr.name === 'CRITICAL') { out.outline += n; }
+    else if (KINDS.includes(tr.name)) { out.kinds += n; }
   }
   out.rects = gd.querySelectorAll('g.point').length;
   return out;
+}
+""".replace("CRITICAL", CRITICAL_PATH_NAME).replace(
+    "KINDS", json.dumps(sorted(map(str, KIND_COLORS))))
+
+# Legend entries: each one's name and whether it lies inside the chart (not clipped or
+# behind the legend's scroll bar).
+_LEGEND = """
+(id) => {
+  const gd = document.getElementById(id);
+  const box = gd.querySelector('svg.main-svg').getBoundingClientRect();
+  const legend = gd.querySelector('g.legend');
+  const clip = legend.querySelector('rect.bg').getBoundingClientRect();
+  const shown = [];
+  for (const item of legend.querySelectorAll('g.traces')) {
+    const r = item.getBoundingClientRect();
+    const inside = r.height > 0 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1
+      && r.top >= clip.top - 1 && r.bottom <= clip.bottom + 1;
+    shown.push([item.querySelector('text.legendtext').textContent, inside]);
+  }
+  const bar = legend.querySelector('rect.scrollbar');
+  const r = bar ? bar.getBoundingClientRect() : null;
+  return {entries: shown, scrollbar: r && r.width > 0 ? r.height : 0};
+}
+"""
+
+# The widest communication bar that lies on the critical path (its strip on the same row
+# covers the bar's time), and where its centre is on the page.
+_CRITICAL_COLLECTIVE = """
+([id, comm]) => {
+  const gd = document.getElementById(id), full = gd._fullLayout;
+  // _fullData: plotly's decoded copies (gd.data may hold base64 typed arrays)
+  const strips = gd._fullData.find((t) => t.name === 'CRITICAL' && t.visible === true);
+  const num = (a) => Array.from(a);
+  let best = null;
+  for (const tr of gd._fullData) {
+    if (!comm.includes(tr.name) || tr.visible !== true) { continue; }
+    const base = num(tr.base), len = num(tr.x);
+    tr.y.forEach((row, i) => {
+      const a = base[i], b = base[i] + len[i];
+      const covered = strips.y.some((r, k) => r === row && num(strips.base)[k] <= a
+        && num(strips.base)[k] + num(strips.x)[k] >= b);
+      if (covered && (best === null || len[i] > best.len)) {
+        best = {kind: tr.name, name: tr.customdata[i][0], row: row, mid: a + len[i] / 2,
+                len: len[i]};
+      }
+    });
+  }
+  if (best === null) { return null; }
+  const rect = gd.querySelector('svg.main-svg').getBoundingClientRect();
+  best.x = rect.left + full._size.l + full.xaxis.l2p(best.mid);
+  best.y = rect.top + full._size.t + full.yaxis.l2p(full.yaxis.d2l(best.row));
+  return best;
 }
 """.replace("CRITICAL", CRITICAL_PATH_NAME)
 
@@ -127,3 +181,33 @@ def test_16k_gpu_report_opens_in_seconds_with_representatives(tmp_path: Path,
     assert after > before  # the page grows with the rows; nothing overlaps
     assert opened < 20.0, f"16k-GPU report took {opened:.1f} s to open"
     assert path.stat().st_size < 12e6
+
+
+def test_moe_legend_is_complete_and_collectives_under_the_critical_path_hover(
+        tmp_path: Path, browser: Any) -> None:
+    # The MoE job draws the most kinds (tp, ep, dp comm, host, ...) on few rows: its legend
+    # used to be cut off (tp_comm, ep_comm hidden) and the critical-path outline used to
+    # take the hover of the collectives under it.
+    result = simtrain.simulate(ROOT / "scenarios/moe_mixtral.yaml")
+    doc = render_report(result.summary, result.timeline, title="moe",
+                        server_of=result.cluster.server_of, graph=result.graph)
+    path = write_report(tmp_path / "moe.html", doc)
+    errors: list[str] = []
+    page, _ = _open(browser, path, errors)
+    legend = page.evaluate(_LEGEND, GANTT_DIV_ID)
+    drawn = page.evaluate("(id) => document.getElementById(id).data.filter("
+                          "(t) => t.showlegend !== false && t.visible !== false)"
+                          ".map((t) => t.name)", GANTT_DIV_ID)
+    names = [name for name, _ in legend["entries"]]
+    assert sorted(names) == sorted(drawn) and {"tp_comm", "ep_comm"} <= set(names)
+    assert all(inside for _, inside in legend["entries"]), legend
+    assert legend["scrollbar"] == 0
+    target = page.evaluate(_CRITICAL_COLLECTIVE, [GANTT_DIV_ID, [str(k) for k in COMM_KINDS]])
+    assert target is not None, "no collective on the critical path"
+    page.mouse.move(target["x"], target["y"])
+    page.wait_for_selector(f"#{GANTT_DIV_ID} g.hovertext", timeout=5_000)
+    hover = page.text_content(f"#{GANTT_DIV_ID} g.hovertext") or ""
+    page.screenshot(path=str(tmp_path / "moe.png"))
+    page.close()
+    assert errors == []
+    assert f"kind: {target['kind']}" in hover and CRITICAL_PATH_NAME not in hover, hover

@@ -10,9 +10,9 @@ from simtrain.report.figures import (
     comm_overlap,
     comm_overlap_figure,
     critical_path_html,
-    memory_figure,
 )
 from simtrain.report.html import render_report
+from simtrain.report.memory import memory_figure
 
 
 def _timeline() -> Timeline:
@@ -58,11 +58,15 @@ def test_critical_path_table() -> None:
 
 
 def test_report_renders_optional_summary_keys() -> None:
-    summary = {"step_time_s": 6.0, "hfu": 0.5, "peak_memory_gib": 61.5, "bubble_fraction": 0.12,
+    summary = {"step_time_s": 6.0, "hfu": 0.5, "peak_memory_gib": 61.5, "bubble_s": 0.72,
+               "bubble_fraction": 0.12, "parallelism": {"pp": 4},
                "memory_breakdown": {"params_gib": 10.0, "optimizer_gib": 40.0}}
     doc = render_report(summary, _timeline(), title="t")
-    for text in (">HFU<", "61.5 GiB", ">bubble<", "12.0%", 'id="memory-chart"',
-                 'id="comm-overlap-chart"', 'id="critical-path"'):
+    # 0.72 s of a 6 s step is 12.0%; with pp = 4 it is called the pipeline bubble.
+    for text in (">HFU<", "61.50 GiB", ">pipeline bubble<", "12.0% of step",
+                 'id="memory-chart"', 'id="comm-overlap-chart"', 'id="critical-path"'):
         assert text in doc, text
+    no_pipeline = render_report({**summary, "parallelism": {"pp": 1}}, _timeline(), title="t")
+    assert ">idle (waiting for peers)<" in no_pipeline and "pipeline bubble<" not in no_pipeline
     bare = render_report({"step_time_s": 6.0}, _timeline(), title="t")
-    assert 'id="memory-chart"' not in bare and ">bubble<" not in bare
+    assert 'id="memory-chart"' not in bare and "bubble<" not in bare

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simtrain.engine.timeline import Span, Timeline
+from simtrain.report.bars import BAR_WIDTH, BUBBLE_NAME, IDLE_NAME, MICROBATCH_NAME
 from simtrain.report.gantt import (
     KIND_COLORS,
     gantt_figure,
@@ -27,8 +28,10 @@ def _timeline() -> Timeline:
 def test_one_trace_per_kind_and_one_bar_per_span() -> None:
     tl = _timeline()
     fig = gantt_figure(tl, title="t")
-    names = [tr.name for tr in fig.data]
+    names = [tr.name for tr in fig.data if tr.name in KIND_COLORS]
     assert names == ["forward", "backward", "dp_comm", "tp_comm"]  # palette order
+    assert [tr.name for tr in fig.data if tr.name not in KIND_COLORS] == [IDLE_NAME]
+    fig.data = [tr for tr in fig.data if tr.name in KIND_COLORS]
     assert len(set(names)) == len(names)
     assert sum(len(tr.x) for tr in fig.data) == len(tl)
     for tr in fig.data:
@@ -95,7 +98,7 @@ def test_server_of_groups_ranks_by_node() -> None:
 def test_ranks_argument_filters() -> None:
     fig = gantt_figure(_timeline(), ranks=[1])
     assert all(label.startswith("node0/gpu1") for label in fig.layout.yaxis.categoryarray)
-    assert sum(len(tr.x) for tr in fig.data) == 2
+    assert sum(len(tr.x) for tr in fig.data if tr.name in KIND_COLORS) == 2
 
 
 def test_subset_when_rows_exceed_max_rows() -> None:
@@ -203,7 +206,55 @@ def test_highlight_outlines_spans() -> None:
     assert outline.name == "critical path"
     assert len(outline.x) == 2  # fwd and bwd are 1 ms apart: two outlines
     assert list(outline.base) == pytest.approx([0.0, 3.0])
-    assert outline.marker.line.width > 0
+    # A strip just below the bars (the y axis is reversed: + is down), never over them,
+    # so it neither hides a thin bar nor takes its hover.
+    assert outline.offset >= BAR_WIDTH / 2 and outline.width < 1 - BAR_WIDTH
+    assert all(tr.width == BAR_WIDTH for tr in fig.data if tr.name in KIND_COLORS)
+
+
+def test_idle_gaps_are_shaded_and_named_by_cause() -> None:
+    # Rank 0 is busy 0-7 ms of the 9 ms step (idle 7-9); rank 1 computes 0-2.5 ms and
+    # idles until its bucket at 4 ms (2.5-4).
+    fig = gantt_figure(_timeline())
+    idle = next(tr for tr in fig.data if tr.name == IDLE_NAME)
+    assert list(idle.y) == ["node0/gpu0 · compute", "node0/gpu1 · compute"]
+    assert list(idle.base) == pytest.approx([7.0, 2.5])
+    assert list(idle.x) == pytest.approx([2.0, 1.5])
+    # With pipeline sends the same gaps are the pipeline bubble.
+    tl = _timeline()
+    tl.add(Span(0, "pp", "pp_comm", "pp F mb0", 0.002, 0.0021))
+    names = [tr.name for tr in gantt_figure(tl).data]
+    assert BUBBLE_NAME in names and IDLE_NAME not in names
+
+
+def test_pipeline_bars_carry_microbatch_ids_without_taking_hover() -> None:
+    tl = Timeline(num_ranks=2)
+    for mb in range(2):
+        for layer in range(3):  # three layer spans of one microbatch: one label
+            t = mb * 3e-3 + layer * 1e-3
+            tl.add(Span(0, "compute", "forward", "layers", t, t + 1e-3,
+                        meta={"microbatch": mb, "chunk": 0, "stage": 0}))
+    tl.add(Span(0, "pp", "pp_comm", "pp F mb0", 3e-3, 3.1e-3, meta={"microbatch": 0}))
+    tl.add(Span(1, "compute", "backward", "layers", 4e-3, 5e-3,
+                meta={"microbatch": 1, "chunk": 1, "stage": 1}))
+    fig = gantt_figure(tl)
+    labels = next(tr for tr in fig.data if tr.name == MICROBATCH_NAME)
+    assert list(labels.text) == ["F0", "F1", "B1.1"]
+    assert list(labels.base) == pytest.approx([0.0, 3.0, 4.0])
+    assert list(labels.x) == pytest.approx([3.0, 3.0, 1.0])
+    assert labels.hoverinfo == "skip"
+    assert fig.layout.uniformtext.mode == "hide"  # a label shows only where it fits
+
+
+def test_height_leaves_room_for_every_legend_entry() -> None:
+    # One row and every kind: the legend, not the rows, sets the height.
+    tl = Timeline(num_ranks=1)
+    for i, kind in enumerate(KIND_COLORS):
+        tl.add(Span(0, "compute", kind, kind, i * 1e-3, (i + 1) * 1e-3))
+    fig = gantt_figure(tl, highlight=tl.spans[:1])
+    entries = sum(1 for tr in fig.data if tr.showlegend is not False)
+    assert entries == len(KIND_COLORS) + 1  # + the critical path
+    assert fig.layout.height >= 22 * (entries + 1) + 60 + 50  # + the margins
 
 
 def test_menu_adds_ranks_even_when_roles_fill_max_rows() -> None:

@@ -68,4 +68,10 @@ def test_labels_without_names() -> None:
 def test_figure_has_one_line_per_link() -> None:
     fig = link_utilisation_figure(_timeline(), LINKS, top=3)
     assert fig is not None and len(fig.data) == 3
+    # One panel per link, each on its own 0-100% axis, all on one time axis.
+    assert {tr.yaxis for tr in fig.data} == {"y", "y2", "y3"}
+    assert {tr.xaxis for tr in fig.data} == {"x", "x2", "x3"}
+    assert fig.layout.xaxis2.matches == "x3" or fig.layout.xaxis.matches == "x3"
+    assert all(fig.layout[f"yaxis{i}"].range == (0, 105) for i in ("", "2", "3"))
+    assert len(fig.layout.annotations) == 3 and "peak" in fig.layout.annotations[0].text
     assert link_utilisation_figure(Timeline(num_ranks=1), LINKS) is None

@@ -86,8 +86,11 @@ def test_flow_arrow_from_send_to_recv() -> None:
 def test_kernel_names() -> None:
     assert nccl_kernel_name("all_reduce", "ring", "bf16", 1024) == (
         "ncclDevKernel_AllReduce_Sum_bf16_RING_LL")
+    # NCCL spells element types f16, f32, bf16 in its kernel names (src/device/generate.py).
     assert nccl_kernel_name("all_gather", "ring", "fp16", 2**30) == (
-        "ncclDevKernel_AllGather_fp16_RING_SIMPLE")
+        "ncclDevKernel_AllGather_f16_RING_SIMPLE")
+    assert nccl_kernel_name("reduce_scatter", "ring", "fp32", 2**30) == (
+        "ncclDevKernel_ReduceScatter_Sum_f32_RING_SIMPLE")
     assert nccl_kernel_name("all_to_all", "direct") == "ncclDevKernel_SendRecv"
 
 
@@ -111,15 +114,35 @@ def test_simulated_scenario_trace() -> None:
     scenario = simtrain.load_scenario(ROOT / "scenarios/quickstart.yaml",
                                       ["sim.fidelity=explicit"])
     result = simtrain.simulate(scenario)
-    trace = chrome_trace(result.timeline, graph=result.graph, server_of=result.cluster.server_of)
+    trace = chrome_trace(result.timeline, graph=result.graph, server_of=result.cluster.server_of,
+                         dtype="bf16", grad_dtype="fp32")
     events = trace["traceEvents"]
     assert sum(e["name"] == "process_name" for e in events) == 8
     per_proc = Counter(e["pid"] for e in events if e["name"] == "thread_name")
     assert set(per_proc.values()) == {2}  # compute and dp streams
     xs = [e for e in events if e["ph"] == "X"]
     assert len(xs) == len(result.timeline)
-    assert any(e["name"].startswith("ncclDevKernel_AllReduce_Sum_bf16_RING") for e in xs)
+    # DDP buckets hold fp32 gradients (grad_dtype): NCCL's f32 kernels, 4 bytes an element.
+    buckets = [e for e in xs if e["args"].get("Collective name") == "allreduce"]
+    assert buckets and all(e["name"].startswith("ncclDevKernel_AllReduce_Sum_f32_RING")
+                           for e in buckets)
+    assert all(e["args"]["dtype"] == "Float" for e in buckets)
+    assert all(e["args"]["In msg nelems"] * 4 == e["args"]["Input size"] for e in buckets)
     json.dumps(trace)  # serialisable
+
+
+def test_span_dtype_gradient_reductions_vs_gathers_and_activations() -> None:
+    from simtrain.report.trace import span_dtype
+
+    def span(kind: str, op: str, **meta: str) -> Span:
+        return Span(0, "s", kind, "x", 0.0, 1.0, bytes=8.0, meta={"op": op, **meta})
+
+    assert span_dtype(span("dp_comm", "all_reduce"), "bf16", "fp32") == "fp32"
+    assert span_dtype(span("dp_comm", "reduce_scatter"), "bf16", "fp32") == "fp32"
+    assert span_dtype(span("dp_comm", "all_gather"), "bf16", "fp32") == "bf16"  # parameters
+    assert span_dtype(span("tp_comm", "all_reduce"), "bf16", "fp32") == "bf16"  # activations
+    assert span_dtype(span("dp_comm", "all_reduce", dtype="fp16"), "bf16", "fp32") == "fp16"
+    assert span_dtype(span("dp_comm", "all_reduce"), "bf16") == "bf16"
 
 
 def test_engine_send_recv_gets_one_flow_pair_per_transfer() -> None:

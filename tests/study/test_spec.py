@@ -132,6 +132,8 @@ def test_base_path_is_relative_to_the_sweep_file(tmp_path: Path) -> None:
      "axis model.num_layers: a range needs"),
     ({"base": BASE, "axes": {"m": [1]}, "zip": [{"m": [1]}]}, "axis m: axis given twice"),
     ({"base": BASE, "axes": {"m": [1]}, "objective": {"goal": "best"}}, "objective must be"),
+    ({"base": BASE, "axes": {"m": [1]}, "objective": "tokens_per_sec"},
+     "unknown summary metric 'tokens_per_sec'; did you mean 'tokens_per_s'?"),
     ({"base": 3, "axes": {"m": [1]}}, "'base' must be a scenario path or mapping"),
 ])
 def test_bad_sweep_files_are_scenario_errors(doc: dict[str, object], words: str) -> None:
