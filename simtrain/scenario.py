@@ -254,8 +254,13 @@ def _describe(src: _Source, exc: ValidationError) -> ScenarioError:
 
 
 def load_scenario(source: str | Path | Mapping[str, Any],
-                  overrides: Sequence[str] = ()) -> Scenario:
-    """Read, override, expand presets, validate and check a scenario; raise ScenarioError."""
+                  overrides: Sequence[str] = (), *, open_parallelism: bool = False
+                  ) -> Scenario:
+    """Read, override, expand presets, validate and check a scenario; raise ScenarioError.
+
+    ``open_parallelism`` skips the checks of the parallel degrees against the cluster and
+    the batch (the planner's base scenario, whose degrees the search fills in).
+    """
     src = _read(source)
     for assignment in overrides:
         apply_override(src, assignment)
@@ -266,11 +271,11 @@ def load_scenario(source: str | Path | Mapping[str, Any],
         scenario = Scenario.model_validate(src.data)
     except ValidationError as exc:
         raise _describe(src, exc) from None
-    _check(src, scenario)
+    _check(src, scenario, parallelism=not open_parallelism)
     return scenario
 
 
-def _check(src: _Source, scenario: Scenario) -> None:
+def _check(src: _Source, scenario: Scenario, *, parallelism: bool = True) -> None:
     """Cross-section checks that need the built cluster and model: world size, batch, sequence."""
     from simtrain.hardware.topology import build_cluster
     from simtrain.parallel.plan import check_parallelism
@@ -283,7 +288,8 @@ def _check(src: _Source, scenario: Scenario) -> None:
     problems = check_parallelism(
         scenario.parallelism, scenario.model, num_gpus=cluster.num_gpus,
         gpus_per_node=per_node, global_batch=scenario.training.global_batch_size,
-        micro_batch=scenario.training.micro_batch_size, seq_len=scenario.seq_len)
+        micro_batch=scenario.training.micro_batch_size,
+        seq_len=scenario.seq_len) if parallelism else []
     if scenario.seq_len > scenario.model.max_seq_len:
         problems.append(("training.seq_len",
                          f"seq_len={scenario.seq_len} exceeds the model's max_seq_len="
