@@ -134,7 +134,8 @@ def plan(
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
         return
-    out = Console()
+    # a pipe or file gets the table unwrapped; a terminal its own width
+    out = Console(width=None if sys.stdout.isatty() else 240)
     if explain:
         out.print(_rejections(doc))
     if not result.ranked:

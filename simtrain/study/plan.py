@@ -196,7 +196,7 @@ def search(spec: PlanSpec, *, executor: Any = None, progress: Progress | None = 
     from simtrain.study.goodput import checkpoint_bytes
     from simtrain.workload.model import num_parameters
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     candidates: list[Candidate] = []
     components: dict[int, dict[str, float]] = {}
     ckpt = 0.0
@@ -217,7 +217,7 @@ def search(spec: PlanSpec, *, executor: Any = None, progress: Progress | None = 
         candidates.extend(found)
     result = PlanResult(spec, [], {}, 0.0, candidates, components=components,
                         checkpoint_bytes=ckpt)
-    check_s = time.perf_counter() - t0
+    check_s, check_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     _branch_and_bound(result, executor, progress, batch)
     _final_runs(result, progress, keep)
     counts = {"enumerated": len(candidates)}
@@ -225,7 +225,7 @@ def search(spec: PlanSpec, *, executor: Any = None, progress: Progress | None = 
         counts[status] = sum(1 for c in candidates if c.status == status)
     counts["feasible"] = counts["pruned"] + counts["simulated"] + counts["failed"]
     result.counts = counts
-    result.check_s = check_s
+    result.check_s, result.check_cpu_s = check_s, check_cpu_s
     result.wall_s = time.perf_counter() - t0
     return result
 

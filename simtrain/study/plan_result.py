@@ -41,6 +41,7 @@ class PlanResult:
     components: dict[int, dict[str, float]] = field(default_factory=dict)  # nodes -> counts
     checkpoint_bytes: float = 0.0
     check_s: float = 0.0  # time spent enumerating and checking (stage 1 and 2)
+    check_cpu_s: float = 0.0  # the same in CPU time of this process
 
     # ---- keys --------------------------------------------------------------------------
     @staticmethod
@@ -180,11 +181,16 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
         final = float(r["step_time_s"])
         search = float(r["search_step_time_s"])
         jump = f" ({final / search - 1:+.0%})" if abs(final / search - 1) >= 0.005 else ""
-        cost = "" if r["cost"] is None else f"{float(r['cost']):,.0f}"
+        cost = "" if r["cost"] is None else _amount(float(r["cost"]))
         out.append([str(r["rank"]), r["plan"], f"{r['gpus']:,}", fmt_seconds(search),
                     fmt_seconds(final) + jump, f"{r['tokens_per_s']:,.0f}",
                     f"{float(r['mfu'] or 0):.1%}", f"{float(r['peak_memory_gib'] or 0):.1f}",
                     f"{float(r['goodput']):.1%}",
                     fmt_duration(float(r["effective_time_to_train_s"])),
-                    f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}", cost])
+                    _amount(hours), cost])
     return out
+
+
+def _amount(value: float) -> str:
+    """GPU-hours or money: whole units from 100 up, else three significant digits."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
