@@ -218,8 +218,12 @@ def search(spec: PlanSpec, *, executor: Any = None, progress: Progress | None = 
     result = PlanResult(spec, [], {}, 0.0, candidates, components=components,
                         checkpoint_bytes=ckpt)
     check_s, check_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    if executor is None:
+        from simtrain.study.executors import SerialExecutor
+
+        executor = SerialExecutor()
     _branch_and_bound(result, executor, progress, batch)
-    _final_runs(result, progress, keep)
+    _final_runs(result, executor, progress, keep)
     counts = {"enumerated": len(candidates)}
     for status in ("invalid", "oom", "pruned", "simulated", "failed"):
         counts[status] = sum(1 for c in candidates if c.status == status)
@@ -246,10 +250,6 @@ def _branch_and_bound(result: PlanResult, executor: Any, progress: Progress | No
         variants.setdefault(_without_order(cand), []).append(cand)
     primary = [group[0] for group in variants.values()]
     keyed = sorted(primary, key=lambda c: result.key(c, c.bound_s))
-    if executor is None:
-        from simtrain.study.executors import SerialExecutor
-
-        executor = SerialExecutor()
     size = batch or max(1, executor.workers)
     need = max(spec.top, spec.final_count)
     best: list[float] = []  # simulated keys, sorted
@@ -317,8 +317,10 @@ def _dominated(result: PlanResult, cand: Candidate, simulated: Sequence[Candidat
     return False
 
 
-def _final_runs(result: PlanResult, progress: Progress | None, keep: int) -> None:
-    """Re-simulate the best k plans with the final network; set ``result.ranked``."""
+def _final_runs(result: PlanResult, executor: Any, progress: Progress | None,
+                keep: int) -> None:
+    """Re-simulate the best k plans with the final network (in the executor's pool; the
+    first ``keep`` here, keeping their timelines); set ``result.ranked``."""
     import json
 
     from simtrain.scenario import load_scenario
@@ -332,15 +334,26 @@ def _final_runs(result: PlanResult, progress: Progress | None, keep: int) -> Non
     else:
         order = sorted(simulated, key=lambda c: result.key(c, step(c)))
     final = order[:spec.final_count]
-    for n, cand in enumerate(final if spec.final_network != "analytic" else []):
-        run = simulate(load_scenario(candidate_scenario(spec, cand, spec.final_network)))
-        search_step = (cand.summary or {}).get("step_time_s")
-        summary = json.loads(json.dumps(run.summary, default=str))
-        cand.summary = {**summary, "search_step_time_s": search_step}
-        if n < keep:
-            result.runs[id(cand)] = run
+    todo = final if spec.final_network != "analytic" else []
+    done = 0
+
+    def finish(cand: Candidate, summary: dict[str, Any]) -> None:
+        nonlocal done
+        cand.summary = {**summary, "search_step_time_s": (cand.summary or {})["step_time_s"]}
+        done += 1
         if progress is not None:
-            progress("final", n + 1, len(final))
+            progress("final", done, len(todo))
+
+    pooled = todo[keep:]
+    jobs = [(j, candidate_scenario(spec, c, spec.final_network)) for j, c in enumerate(pooled)]
+    for j, outcome in executor.imap_unordered(_indexed, jobs):
+        if "summary" not in outcome:  # the analytic run passed: a bug, not a bad plan
+            raise RuntimeError(f"final run of {pooled[j].label} failed: {outcome['error']}")
+        finish(pooled[j], outcome["summary"])
+    for cand in todo[:keep]:
+        run = simulate(load_scenario(candidate_scenario(spec, cand, spec.final_network)))
+        result.runs[id(cand)] = run
+        finish(cand, json.loads(json.dumps(run.summary, default=str)))
     final.sort(key=lambda c: result.key(c, step(c)))
     rest = order[len(final):]
     # a Pareto ranking keeps the whole front; the others the top plans (final runs first)
