@@ -21,8 +21,9 @@ from typing import Any
 CASES: dict[str, dict[str, Any]] = {
     "70b": {"model": {"preset": "llama3-70b"}, "cluster": {"preset": "dgx-h100", "nodes": 128},
             "training": {"tokens": "15T", "seq_len": 8192, "global_batch": 1024},
-            # orders: all 24, so the enumeration reaches about 5,000 candidates
-            "search": {"order": "all", "vpp": [2, 4]}},
+            # vpp 2 and 4, every ZeRO stage, GPipe too: 6,720 candidates
+            "search": {"vpp": [2, 4], "zero": [0, 1, 2, 3],
+                       "schedule": ["1f1b", "interleaved", "gpipe"]}},
     "405b": {"model": {"preset": "llama3-405b"},
              "cluster": {"preset": "dgx-h100", "nodes": 2048},
              "training": {"tokens": "15.6T", "seq_len": 8192, "global_batch": 2048}},
@@ -45,8 +46,15 @@ def main() -> None:
     spec = plan_spec(data, name=args.case)
     runner = make_executor("local" if args.workers > 1 else "serial", workers=args.workers)
     t0 = time.perf_counter()
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase != "check" and (done % 10 == 0 or done == total) or \
+                phase == "check" and done == total:
+            print(f"  {time.perf_counter() - t0:7.1f} s  {phase} {done:,} / {total:,}",
+                  flush=True)
+
     try:
-        result = search(spec, executor=runner)
+        result = search(spec, executor=runner, progress=progress)
     finally:
         runner.close()
     wall = time.perf_counter() - t0
