@@ -123,8 +123,9 @@ class PlanResult:
         """One line saying why no candidate is feasible, from the closest candidates."""
         if not self.candidates:
             return "no candidates: no combination of degrees divides the cluster"
-        parts = [f"{r['reason']} ({r['field']}): {r['count']:,}, e.g. {r['example']}: "
-                 f"{r['message']}" for r in self.rejections()[:3]]
+        parts = [f"{r['reason']}{'' if r['field'] == r['reason'] else ' (' + r['field'] + ')'}"
+                 f": {r['count']:,}, e.g. {r['example']}: {r['message']}"
+                 for r in self.rejections()[:3]]
         return (f"none of {len(self.candidates):,} candidates is feasible; "
                 + "; ".join(parts))
 
