@@ -61,17 +61,19 @@ def main() -> None:
     c = result.counts
     me, kids_use = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
                                                      resource.RUSAGE_CHILDREN))
-    rss, kids = me.ru_maxrss / 1024, kids_use.ru_maxrss / 1024
+    rss = me.ru_maxrss / 1024
     cpu = me.ru_utime + me.ru_stime + kids_use.ru_utime + kids_use.ru_stime
     print(f"case {args.case}: {c['enumerated']:,} candidates ({c['invalid']:,} invalid, "
           f"{c['oom']:,} oom, {c['feasible']:,} feasible: {c['simulated']:,} simulated, "
           f"{c['pruned']:,} pruned)")
-    # on a shared machine the CPU time says more than the wall time
-    print(f"wall {wall:.1f} s, CPU {cpu:.1f} s, load average {os.getloadavg()[0]:.1f}; "
+    # on a shared machine CPU time says more than wall time; the pool's workers are the
+    # forkserver's children, not ours, so their CPU is not in it
+    print(f"wall {wall:.1f} s, CPU of this process {cpu:.1f} s, load average "
+          f"{os.getloadavg()[0]:.1f}; "
           f"check+bound {result.check_s:.1f} s = "
           f"{c['enumerated'] / max(result.check_s, 1e-9):,.0f} candidates/s "
           f"({c['enumerated'] / max(result.check_cpu_s, 1e-9):,.0f} per CPU second); "
-          f"max RSS {rss:,.0f} MiB (workers {kids:,.0f} MiB)")
+          f"max RSS {rss:,.0f} MiB")
     for row in result.rows():
         print(f"  #{row['rank']} {row['plan']}: search {row['search_step_time_s']:.3f} s, "
               f"final {row['step_time_s']:.3f} s, goodput {row['goodput']:.1%}")
