@@ -56,6 +56,20 @@ def plan(
     final_network: Annotated[str | None, typer.Option(
         "--final-network", help="flow (contention) or analytic for the top plans' "
                                 "final runs [default: flow]")] = None,
+    final_top: Annotated[int | None, typer.Option(
+        "--final-top", help="plans re-simulated with the final network [default: --top]")
+                         ] = None,
+    rank_by: Annotated[str | None, typer.Option(
+        "--rank-by", help="time (time-to-train), cost, or pareto (time vs cost vs memory "
+                          "headroom) [default: time]")] = None,
+    price: Annotated[float | None, typer.Option(
+        "--price", help="price per GPU-hour, for the cost column")] = None,
+    checkpoint_interval: Annotated[str | None, typer.Option(
+        "--checkpoint-interval", help="seconds of work between checkpoints, e.g. 30min "
+                                      "[default: Daly's optimum]")] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="list the rejected candidates by reason, one example each")
+                       ] = False,
     executor: Annotated[str, typer.Option(help="local (processes) or serial")] = "local",
     workers: Annotated[int | None, typer.Option("--workers", "-j", help="worker processes "
                                                 "(default: all cores)")] = None,
@@ -76,7 +90,8 @@ def plan(
         data = _merge(plan_file, model=model, cluster=cluster, nodes=nodes, tokens=tokens,
                       seq_len=seq_len, global_batch=global_batch,
                       global_batch_tokens=global_batch_tokens, top=top,
-                      final_network=final_network)
+                      final_network=final_network, final_top=final_top, rank_by=rank_by,
+                      price_per_gpu_hour=price, checkpoint_interval=checkpoint_interval)
         if plan_file is not None and data is None:
             data = _read_plan(plan_file)
         try:
@@ -113,8 +128,8 @@ def plan(
             from simtrain.study.plan_report import write_plan_report
 
             write_plan_report(result, report, charts=charts)
-    except ScenarioError as exc:
-        raise fail(str(exc), 2) from None
+    except (ScenarioError, ValueError) as exc:
+        raise fail(str(exc).replace("\n", " "), 2) from None
     except KeyboardInterrupt:
         raise fail("interrupted", 130) from None
     finally:
@@ -125,9 +140,12 @@ def plan(
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
         return
+    # a pipe or file gets the table unwrapped; a terminal its own width
+    out = Console(width=None if sys.stdout.isatty() else 240)
+    if explain:
+        out.print(_rejections(doc))
     if not result.ranked:
-        raise fail(f"no plan fits: {_why(result)}", 1)
-    out = Console()
+        raise fail(f"no plan fits: {result.why_nothing()}", 1)
     out.print(_table(doc))
     counts = doc["counts"]
     out.print(f"{counts['enumerated']:,} candidates: {counts['invalid']:,} invalid, "
@@ -136,14 +154,6 @@ def plan(
               f"{doc['search_wall_s']:.1f} s", highlight=False)
     if report is not None:
         out.print(f"report: {report}")
-
-
-def _why(result: Any) -> str:
-    counts = result.counts
-    sample = next((c.reason for c in result.candidates if c.status == "oom"), None) or \
-        next((c.reason for c in result.candidates if c.status == "invalid"), "no candidates")
-    return (f"{counts['enumerated']:,} candidates, {counts['invalid']:,} invalid, "
-            f"{counts['oom']:,} out of memory (e.g. {sample}); add nodes or a larger GPU")
 
 
 def _merge(plan_file: Path | None, **flags: Any) -> dict[str, Any] | None:
@@ -180,9 +190,12 @@ def _merge(plan_file: Path | None, **flags: Any) -> dict[str, Any] | None:
     if "global_batch_tokens" in given:
         train.pop("global_batch", None)
         train["global_batch_tokens"] = given["global_batch_tokens"]
-    for key in ("top", "final_network"):
+    for key in ("top", "final_network", "final_top", "rank_by"):
         if key in given:
             data["search"][key] = given[key]
+    for key in ("price_per_gpu_hour", "checkpoint_interval"):
+        if key in given:
+            data["goodput"] = {**(data.get("goodput") or {}), key: given[key]}
     if not data["search"]:
         del data["search"]
     return data
@@ -221,14 +234,25 @@ def _located(path: Path, message: str) -> ScenarioError:
 
 
 def _table(doc: dict[str, Any]) -> Table:
-    from simtrain.study.plan import format_rows
-    from simtrain.study.plan_report import HEAD
+    from simtrain.study.plan_result import HEAD, format_rows
 
-    table = Table(title=f"simtrain plan · {doc['plan']} · {doc['tokens']:.3g} tokens")
-    for i, head in enumerate(HEAD):
-        table.add_column(head, justify="left" if i == 1 else "right")
-    for row in format_rows(doc["ranked"]):
-        table.add_row(*row)
+    table = Table(title=f"simtrain plan · {doc['plan']} · {doc['tokens']:.3g} tokens · "
+                        f"ranked by {doc['rank_by']}")
+    rows = format_rows(doc["ranked"])
+    keep = [i for i, head in enumerate(HEAD) if head != "cost" or any(r[i] for r in rows)]
+    for i in keep:
+        table.add_column(HEAD[i], justify="left" if i == 1 else "right")
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
+
+
+def _rejections(doc: dict[str, Any]) -> Table:
+    table = Table(title="rejected candidates by reason")
+    for head in ("reason", "field", "count", "example", "why"):
+        table.add_column(head, justify="right" if head == "count" else "left")
+    for r in doc["rejected"]:
+        table.add_row(r["reason"], r["field"], f"{r['count']:,}", r["example"], r["message"])
     return table
 
 

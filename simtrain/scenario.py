@@ -250,8 +250,13 @@ def _describe(src: _Source, exc: ValidationError) -> ScenarioError:
 
 
 def load_scenario(source: str | Path | Mapping[str, Any],
-                  overrides: Sequence[str] = ()) -> Scenario:
-    """Read, override, expand presets, validate and check a scenario; raise ScenarioError."""
+                  overrides: Sequence[str] = (), *, open_parallelism: bool = False
+                  ) -> Scenario:
+    """Read, override, expand presets, validate and check a scenario; raise ScenarioError.
+
+    ``open_parallelism`` skips the checks of the parallel degrees against the cluster and
+    the batch (the planner's base scenario, whose degrees the search fills in).
+    """
     src = _read(source)
     for assignment in overrides:
         apply_override(src, assignment)
@@ -269,7 +274,7 @@ def load_scenario(source: str | Path | Mapping[str, Any],
         from simtrain.workload.tables import resolve_tables
         base = Path.cwd() if isinstance(source, Mapping) else Path(source).parent
         scenario.compute.tables = resolve_tables(scenario.compute.tables, base)
-    _check(src, scenario)
+    _check(src, scenario, parallelism=not open_parallelism)
     scenario._source = src
     return scenario
 
@@ -316,7 +321,7 @@ def scenario_error(scenario: Scenario, field: str, message: str) -> ScenarioErro
     return src.error(tuple(field.split(".")), message)
 
 
-def _check(src: _Source, scenario: Scenario) -> None:
+def _check(src: _Source, scenario: Scenario, *, parallelism: bool = True) -> None:
     """Cross-section checks: sizes first (before anything is built), then the ones that
     need the built cluster: world size, batch, sequence, fault ranks."""
     from simtrain.hardware.topology import build_cluster
@@ -334,7 +339,8 @@ def _check(src: _Source, scenario: Scenario) -> None:
     problems = check_parallelism(
         scenario.parallelism, scenario.model, num_gpus=cluster.num_gpus,
         gpus_per_node=per_node, global_batch=scenario.training.global_batch_size,
-        micro_batch=scenario.training.micro_batch_size, seq_len=scenario.seq_len)
+        micro_batch=scenario.training.micro_batch_size,
+        seq_len=scenario.seq_len) if parallelism else []
     if scenario.seq_len > scenario.model.max_seq_len:
         problems.append(("training.seq_len",
                          f"seq_len={scenario.seq_len} exceeds the model's max_seq_len="

@@ -48,7 +48,8 @@ def test_counts_add_up_and_pruning_happens(result: PlanResult) -> None:
     assert 3 <= c["simulated"] < c["feasible"] and c["pruned"] > 0
     # everything pruned has a bound no better than the third best simulated step time
     third = float(result.ranked[2].summary["step_time_s"])  # type: ignore[index]
-    assert all(x.bound_s >= third for x in result.candidates if x.status == "pruned")
+    assert all(x.bound_s >= third or x.parallelism["order"] != "tp-cp-pp-dp"
+               for x in result.candidates if x.status == "pruned")
 
 
 def test_ranked_plans_fit_and_are_sorted_by_throughput(result: PlanResult) -> None:
@@ -80,7 +81,9 @@ def test_best_plan_matches_a_direct_simulation(result: PlanResult) -> None:
 
 
 def test_branch_and_bound_finds_the_exhaustive_top() -> None:
-    spec = _spec(top=2, micro_batch=[1, 2], recompute=["none", "full"])
+    # one rank order: the bound search is exact, the retry of other orders a heuristic
+    spec = _spec(top=2, micro_batch=[1, 2], recompute=["none", "full"],
+                 order=["tp-cp-pp-dp"])
     pruned = search(spec)
     spec.top = 10_000  # nothing can be pruned
     exhaustive = search(spec)
