@@ -24,6 +24,7 @@ compared with each source's own FLOP formula applied to the *simulated step time
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -209,6 +210,7 @@ def predict_row(job: RowJob) -> list[Row]:
 
     if job.skipped:
         return _skipped_rows(job, job.skipped)
+    started = time.perf_counter()
     scenario = load_scenario(job.body)
     cluster = build_cluster(scenario.cluster)
     memory = memory_report(scenario, cluster, build_plan(scenario, cluster))
@@ -237,7 +239,8 @@ def predict_row(job: RowJob) -> list[Row]:
     extra = {"step_time_s": step, "num_gpus": gpus, "fidelity": summary.get("fidelity"),
              "simtrain_mfu": summary.get("mfu"), "simtrain_hfu": summary.get("hfu"),
              "peak_memory_gib": summary.get("peak_memory_gib"),
-             "ignore_memory": scenario.sim.ignore_memory}
+             "ignore_memory": scenario.sim.ignore_memory,
+             "wall_s": round(time.perf_counter() - started, 3)}
     rows = []
     for metric, published in job.entry["published"].items():
         value, unit = predicted[metric]
