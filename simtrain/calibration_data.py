@@ -9,6 +9,7 @@ error measures how the fit carries to a source it has not seen.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -130,5 +131,10 @@ def simulated_steps(obs: Sequence[Observation], params: Mapping[str, float],
                     pool: ProcessPoolExecutor | None = None) -> np.ndarray:
     """Simulated step time of every observation with ``params`` in its compute section."""
     bodies = [with_params(o.body, params) for o in obs]
-    steps = list(pool.map(_step, bodies)) if pool else [_step(b) for b in bodies]
-    return np.array(steps)
+    keys = [json.dumps({k: v for k, v in b.items() if k not in ("name", "description")},
+                       sort_keys=True, default=str) for b in bodies]
+    unique = list(dict.fromkeys(keys))  # rows with the same scenario are simulated once
+    first = [bodies[keys.index(k)] for k in unique]
+    steps = list(pool.map(_step, first)) if pool else [_step(b) for b in first]
+    by_key = dict(zip(unique, steps, strict=True))
+    return np.array([by_key[k] for k in keys])

@@ -24,6 +24,7 @@ compared with each source's own FLOP formula applied to the *simulated step time
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -187,6 +188,9 @@ class RowJob:
     body: dict[str, Any]
     flops_kind: str
     skipped: str = ""
+    # Rows of the same suite with the same scenario (e.g. one config published twice):
+    # simulated once, compared each against its own published numbers.
+    twins: tuple[dict[str, Any], ...] = ()
 
     @property
     def cost(self) -> float:
@@ -198,9 +202,9 @@ class RowJob:
 
 
 def _skipped_rows(job: RowJob, reason: str) -> list[Row]:
-    extra = {"needs": list(job.entry.get("needs") or [])}
-    return [Row(job.suite, str(job.entry["id"]), metric, float(value), None, None,
-                skipped=reason, extra=extra) for metric, value in job.entry["published"].items()]
+    return [Row(job.suite, str(entry["id"]), metric, float(value), None, None,
+                skipped=reason, extra={"needs": list(entry.get("needs") or [])})
+            for entry in (job.entry, *job.twins) for metric, value in entry["published"].items()]
 
 
 def predict_row(job: RowJob) -> list[Row]:
@@ -233,21 +237,45 @@ def predict_row(job: RowJob) -> list[Row]:
         "iteration_time_ms": (step * 1e3, "ms"),
         "tokens_per_s_per_gpu": (tokens / step / gpus, "tokens/s"),
     }
-    if "tflops_per_gpu" in job.entry["published"]:
-        predicted["tflops_per_gpu"] = (formula_flops(job.flops_kind, scenario) / step / gpus
-                                       / 1e12, "TFLOP/s")
     extra = {"step_time_s": step, "num_gpus": gpus, "fidelity": summary.get("fidelity"),
              "simtrain_mfu": summary.get("mfu"), "simtrain_hfu": summary.get("hfu"),
              "peak_memory_gib": summary.get("peak_memory_gib"),
              "ignore_memory": scenario.sim.ignore_memory,
              "wall_s": round(time.perf_counter() - started, 3)}
     rows = []
-    for metric, published in job.entry["published"].items():
-        value, unit = predicted[metric]
-        rows.append(Row(job.suite, str(job.entry["id"]), metric, float(published), value,
-                        signed_error(value, float(published)), unit, "; ".join(notes),
-                        extra=extra))
+    for entry in (job.entry, *job.twins):
+        for metric, published in entry["published"].items():
+            if metric == "tflops_per_gpu" and metric not in predicted:
+                predicted[metric] = (formula_flops(job.flops_kind, scenario) / step / gpus
+                                     / 1e12, "TFLOP/s")
+            value, unit = predicted[metric]
+            rows.append(Row(job.suite, str(entry["id"]), metric, float(published), value,
+                            signed_error(value, float(published)), unit, "; ".join(notes),
+                            extra=extra))
     return rows
+
+
+def _same_scenario(job: RowJob) -> str:
+    body = {k: v for k, v in job.body.items() if k not in ("name", "description")}
+    return json.dumps([job.suite, body], sort_keys=True, default=str)
+
+
+def _with_twins(work: list[tuple[tuple[str, int], RowJob]]
+                ) -> list[tuple[list[tuple[str, int]], RowJob]]:
+    """Group expressible jobs with identical scenarios: (keys, job carrying the twins)."""
+    groups: dict[str, list[tuple[tuple[str, int], RowJob]]] = {}
+    out: list[tuple[list[tuple[str, int]], RowJob]] = []
+    for key, job in work:
+        if job.skipped:
+            out.append(([key], job))
+        else:
+            groups.setdefault(_same_scenario(job), []).append((key, job))
+    for members in groups.values():
+        (first_key, first), rest = members[0], members[1:]
+        job = RowJob(first.suite, first.entry, first.body, first.flops_kind,
+                     twins=tuple(j.entry for _, j in rest))
+        out.append(([first_key, *(k for k, _ in rest)], job))
+    return out
 
 
 def suite_jobs(suite: str, directory: Path | None = None,
@@ -299,20 +327,23 @@ def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: in
             continue
         work += [((name, k), job) for k, job in
                  enumerate(suite_jobs(name, directory, granularity))]
-    todo = sorted(work, key=lambda item: -item[1].cost)
+    todo = sorted(_with_twins(work), key=lambda item: -item[1].cost)
+
+    def done(keys: list[tuple[str, int]], job: RowJob, rows: list[Row]) -> None:
+        for key, entry in zip(keys, (job.entry, *job.twins), strict=True):
+            results[key] = [r for r in rows if r.id == str(entry["id"])]
+            if progress:
+                progress(job.suite, str(entry["id"]))
+
     if jobs > 1 and len(todo) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(predict_row, job): (key, job) for key, job in todo}
+            futures = {pool.submit(predict_row, job): (keys, job) for keys, job in todo}
             for future in as_completed(futures):
-                key, job = futures[future]
-                results[key] = future.result()
-                if progress:
-                    progress(job.suite, str(job.entry["id"]))
+                keys, job = futures[future]
+                done(keys, job, future.result())
     else:
-        for key, job in todo:
-            results[key] = predict_row(job)
-            if progress:
-                progress(job.suite, str(job.entry["id"]))
+        for keys, job in todo:
+            done(keys, job, predict_row(job))
     order = {name: i for i, name in enumerate(names)}
     return [row for key in sorted(results, key=lambda k: (order[k[0]], k[1]))
             for row in results[key]]

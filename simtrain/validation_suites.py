@@ -9,6 +9,8 @@ the real run simtrain may lack). Problems are ScenarioErrors naming the file and
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,8 +52,11 @@ def suite_path(suite: str, directory: Path | None = None) -> Path:
 
 
 def _read(path: Path) -> Any:
+    """The parsed file; parsed once per process while it is unchanged (the large suites
+    take a second to parse), a fresh copy per call."""
     try:
-        return _plain(YAML(typ="safe").load(path.read_text(encoding="utf-8")))
+        stat = path.stat()
+        return copy.deepcopy(_parse(str(path), stat.st_mtime_ns, stat.st_size))
     except OSError as exc:
         raise ScenarioError(f"cannot read validation suite: {exc.strerror}",
                             source=str(path)) from None
@@ -60,6 +65,11 @@ def _read(path: Path) -> Any:
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ScenarioError(f"not valid YAML: {problem}", source=str(path),
                             line=None if mark is None else mark.line + 1) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: str, mtime_ns: int, size: int) -> Any:
+    return _plain(YAML(typ="safe").load(Path(path).read_text(encoding="utf-8")))
 
 
 def check_row(entry: Any, k: int, flops: str, source: str, seen: set[str]) -> None:
