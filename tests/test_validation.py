@@ -273,6 +273,7 @@ def test_rows_with_needs_are_listed_not_dropped_and_light_up_when_expressible(tm
     # tokens/s/GPU = 16 sequences x 256 tokens / step / 8 GPUs.
     step = ok.extra["step_time_s"]
     assert ok.predicted == pytest.approx(16 * 256 / step / 8)
+    assert "listed needs (something) but validates" in ok.note
     assert again.predicted == ok.predicted and again.error == pytest.approx(
         ok.predicted / 2000 - 1)
     summary = {s["metric"]: s for s in summarize([fp4, ok, again])}["tokens_per_s_per_gpu"]
