@@ -22,8 +22,12 @@ from build_validation_suites import (
 
 Shapes = dict[str, dict[str, Any]]
 
+# Megatron-Core's rank order (initialize_model_parallel order="tp-cp-ep-dp-pp"; EP lies
+# inside DP in simtrain): pipeline stages outermost, data-parallel (and EP) groups inside.
+ORDER = "tp-cp-dp-pp"
 COMMON_BASE: dict[str, Any] = {
-    "parallelism": {"zero": 1, "tp_comm_overlap": True, "ddp": {"overlap_param_gather": True}},
+    "parallelism": {"zero": 1, "order": ORDER, "tp_comm_overlap": True,
+                    "ddp": {"overlap_param_gather": True}},
     "sim": {"granularity": "layer"},
 }
 MEGATRON_CHOICES = [
@@ -31,7 +35,8 @@ MEGATRON_CHOICES = [
     "distributed optimizer (zero 1) with --overlap-grad-reduce and --overlap-param-gather,",
     "--tp-comm-overlap, no activation recompute, fp32 gradient reduction, flash attention;",
     "vp > 1 is the interleaved 1F1B schedule; FSDP > 0 is zero 3 over the data-parallel group;",
-    "micro-batch as published (1 where not stated); sim.granularity layer keeps the",
+    "micro-batch as published (1 where not stated); ranks in Megatron-Core's order",
+    "(tp-cp-ep-dp-pp: pipeline outermost, EP inside DP); sim.granularity layer keeps the",
     "bucket-by-bucket overlap of the reductions with backward.",
 ]
 
@@ -290,7 +295,7 @@ SPECS_MEGATRON = [
                   "Compared: step time (time per global step) and tokens/s/GPU. FSDP2 over the",
                   "data-parallel group (zero 3), micro-batch = the published MBS, no activation",
                   "recompute (not stated), DGX H100 preset."],
-              base={"sim": {"granularity": "layer"}}),
+              base={"parallelism": {"order": ORDER}, "sim": {"granularity": "layer"}}),
     SuiteSpec("mcore-moe-mixtral", "megatron_core_moe_readme_mixtral", "mcore-2024-model",
               mcore_moe, choices=MEGATRON_CHOICES + [
                   "Compared in TFLOP/s per GPU with Megatron-Core's formula (MoE: top-k experts,",

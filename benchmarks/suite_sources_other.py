@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite_sources import Shapes, SuiteSpec, make_row, slug, unique
+from suite_sources import ORDER, Shapes, SuiteSpec, make_row, slug, unique
 
 # torchtitan's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s, 500 W (not the 80 GB SXM5 part).
 GRAND_TETON_GPU = "h100-96gb-hbm2e-500w"
@@ -17,7 +17,9 @@ TITAN_CHOICES = [
     "torch.compile is not modelled (no kernel fusion beyond simtrain's own); Float8 is",
     "training.dtype fp8 (tensorwise dynamic scaling, torchao's default); sim.granularity layer.",
 ]
-TITAN_BASE: dict[str, Any] = {"parallelism": {"ddp": {"overlap_param_gather": False}},
+# torchtitan's device mesh is (pp, dp, cp, tp): pipeline outermost, as ORDER.
+TITAN_BASE: dict[str, Any] = {"parallelism": {"order": ORDER,
+                                              "ddp": {"overlap_param_gather": False}},
                               "sim": {"granularity": "layer"}}
 AC = {"selective": "selective", "selective op": "selective", "per-op sac": "selective",
       "full": "full", "none": "none", "disabled": "none"}
@@ -202,10 +204,11 @@ SPECS_OTHER = [
         "--overlap-param-gather (gradients reduced after backward), sequence parallel,",
         "flash attention, no TP comm overlap, no recompute; layer-truncated models as",
         "published (llama3-405b with 16 KV heads, the source's config)."],
-        base={"parallelism": {"zero": 1, "ddp": {"overlap": False}},
+        base={"parallelism": {"zero": 1, "order": ORDER, "ddp": {"overlap": False}},
               "sim": {"granularity": "layer"}}),
     SuiteSpec("deepseek-v3-report", "deepseek_v3_report_pretraining", "", deepseek_v3,
               choices=["Compared: the aggregate tokens/s/GPU derived from 180K H800 GPU hours",
                        "per trillion tokens (all overheads included)."],
-              base={"parallelism": {"zero": 1}, "sim": {"granularity": "layer"}}),
+              base={"parallelism": {"zero": 1, "order": ORDER},
+                    "sim": {"granularity": "layer"}}),
 ]
