@@ -126,18 +126,32 @@ def nccl_rows() -> list[Row]:
 
 # Suites computed in code rather than read from scenario files: name -> rows.
 SPECIAL_SUITES: dict[str, Callable[[], list[Row]]] = {"nccl": nccl_rows}
+# Suite files of another format in the same folder: name -> (module, rows function taking
+# (path, progress), count function taking path). Offered only where the file exists.
+FILE_SUITES: dict[str, tuple[str, str, str]] = {
+    "nccl-modern": ("simtrain.comm.validation", "suite_rows", "count_points"),
+}
 
 
 def scenario_suites(directory: Path | None = None) -> list[str]:
-    """The scenario suites in ``directory``: every ``*.yaml`` not named after a special one."""
+    """The scenario suites in ``directory``: every ``*.yaml`` not named after another kind."""
     folder = directory or VALIDATION_DIR
-    return sorted(p.stem for p in folder.glob("*.yaml") if p.stem not in SPECIAL_SUITES)
+    return sorted(p.stem for p in folder.glob("*.yaml")
+                  if p.stem not in SPECIAL_SUITES and p.stem not in FILE_SUITES)
 
 
 def all_suites(directory: Path | None = None) -> list[str]:
-    """Every suite: the scenario files of ``directory`` (default folder if it has none)
-    and the special suites."""
-    return [*scenario_suites(directory), *SPECIAL_SUITES]
+    """Every suite: the scenario files of ``directory``, the other suite files present
+    there, and the special suites."""
+    files = [n for n in FILE_SUITES if suite_path(n, directory).is_file()]
+    return [*scenario_suites(directory), *files, *SPECIAL_SUITES]
+
+
+def _file_suite(name: str, which: int) -> Callable[..., Any]:
+    import importlib
+
+    module, *functions = FILE_SUITES[name]
+    return getattr(importlib.import_module(module), functions[which])
 
 
 def row_scenarios(suite: str, directory: Path | None = None
@@ -298,6 +312,8 @@ def suite_jobs(suite: str, directory: Path | None = None,
 
 
 def count_rows(suite: str, directory: Path | None = None) -> int:
+    if suite in FILE_SUITES:
+        return int(_file_suite(suite, 1)(suite_path(suite, directory)))
     if suite == "nccl":
         from simtrain.comm.reference import POINTS
 
@@ -315,12 +331,19 @@ def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: in
     names = list(suites)
     known = all_suites(directory)
     for name in names:
-        if name not in known and not (name not in SPECIAL_SUITES
+        if name not in known and not (name not in SPECIAL_SUITES and name not in FILE_SUITES
                                       and suite_path(name, directory).is_file()):
             raise ValueError(f"unknown suite {name!r}; expected one of: {', '.join(known)}")
     results: dict[tuple[str, int], list[Row]] = {}
     work: list[tuple[tuple[str, int], RowJob]] = []
     for name in names:
+        if name in FILE_SUITES:
+            rows = _file_suite(name, 0)(suite_path(name, directory),
+                                        (lambda rid, n=name: progress(n, rid))
+                                        if progress else None)
+            for k, row in enumerate(rows):
+                results[(name, k)] = [row]
+            continue
         if name in SPECIAL_SUITES:
             rows = SPECIAL_SUITES[name]()
             for k, row in enumerate(rows):

@@ -29,8 +29,8 @@ from simtrain.validation import (
 )
 
 runner = CliRunner()
-# shared/reference/calibration.yaml, copied into the repository (tests use repo data only).
-CALIBRATION = Path(__file__).resolve().parent / "data" / "reference_calibration.yaml"
+# The two published tables these tests check, copied from ../shared/reference/calibration.yaml.
+CALIBRATION = Path(__file__).resolve().parent / "data" / "calibration_published.yaml"
 
 
 # --- FLOP formulas against hand-derived numbers ----------------------------------------
@@ -307,3 +307,28 @@ def test_parallel_rows_and_granularity_override(tmp_path):
     bad = runner.invoke(app, ["validate", "-s", "mine", "--dir", str(directory),
                               "--granularity", "kernel"])
     assert bad.exit_code == 2 and "--granularity 'kernel'" in bad.output
+
+
+def test_suite_files_of_another_format_run_through_their_module(tmp_path, monkeypatch):
+    # e.g. nccl-modern.yaml (collective sweeps): listed only where its file exists, run by
+    # its own module's suite_rows(path, progress), never parsed as a scenario suite.
+    from simtrain import validation
+
+    (tmp_path / "sweepmod.py").write_text(
+        "from simtrain.validation import Row\n"
+        "def rows(path, progress):\n"
+        "    out = [Row('sweep', 'p1', 'busbw_gbps', 10.0, 11.0, 0.1)]\n"
+        "    if progress: progress('p1')\n"
+        "    return out\n"
+        "def count(path):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(validation.FILE_SUITES, "sweep", ("sweepmod", "rows", "count"))
+    directory = _write(tmp_path, [{"id": "a", "published": {"iteration_time_ms": 5}}])
+    assert "sweep" not in scenario_suites(directory)
+    assert validation.all_suites(directory) == ["mine", "nccl"]
+    (tmp_path / "sweep.yaml").write_text("series: []\n")
+    assert validation.all_suites(directory) == ["mine", "sweep", "nccl"]
+    seen: list[str] = []
+    (row,) = run_suites(["sweep"], directory, progress=lambda s, r: seen.append(f"{s}/{r}"))
+    assert row.id == "p1" and seen == ["sweep/p1"]
+    assert validation.count_rows("sweep", directory) == 1
