@@ -150,17 +150,22 @@ SYSTEMS: dict[str, tuple[str, int, str]] = {
     "DGX-A100": ("dgx-a100", 8, ""),
     "DGX-B200": ("dgx-b200", 8, ""),
     "DGX-B300": ("dgx-b300", 8, "DGX B300 cluster preset"),
-    # GB200/GB300 NVL72: 4-GPU compute trays ("64 nodes x 4", torchtitan), 18 per rack.
-    "DGX-GB200": ("gb200-nvl72", 4, "GB200 NVL72 cluster preset"),
-    "DGX-GB300": ("gb300-nvl72", 4, "GB300 NVL72 cluster preset"),
+    # GB200/GB300 NVL72: a node is a rack, one NVLink domain of 72 GPUs (18 trays of 4).
+    # A job of up to 72 GPUs sits in one rack; larger (power-of-two) jobs use 64 GPUs,
+    # 16 trays, per rack: the largest power of two a rack holds (not stated by sources).
+    "DGX-GB200": ("gb200-nvl72", 64, "GB200 NVL72 cluster preset"),
+    "DGX-GB300": ("gb300-nvl72", 64, "GB300 NVL72 cluster preset"),
 }
+RACK = 72
 
 
 def cluster(system: str, gpus: int, gpu: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """(cluster section, needs) for ``gpus`` GPUs of ``system``."""
     preset, per_node, need = SYSTEMS[system]
     body: dict[str, Any] = {"preset": preset}
-    if gpus < per_node:
+    if preset.endswith("nvl72") and gpus > RACK:
+        body.update(nodes=gpus // per_node, gpus_per_node=per_node)
+    elif gpus < per_node or preset.endswith("nvl72"):
         body.update(nodes=1, gpus_per_node=gpus)
     else:
         body["nodes"] = gpus // per_node
