@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from simtrain.cli_errors import fail
@@ -18,7 +26,7 @@ from simtrain.errors import ScenarioError
 EPILOG = (
     "Examples:\n\n"
     "  simtrain validate\n\n"
-    "  simtrain validate --suite megatron-2020 --suite nccl\n\n"
+    "  simtrain validate --suite megatron-2020 --suite nccl --jobs 2\n\n"
     "  simtrain validate --suite mcore-2024-h100 --json > mcore.json\n\n"
     "Error = predicted / published - 1 (signed); MAPE = mean |error| per suite and metric. "
     "Exit status: 0 ok (whatever the errors), 2 bad input, 1 anything else."
@@ -32,34 +40,46 @@ SuiteDir = Annotated[Path | None, typer.Option(
 
 def validate(
     suite: Annotated[list[str] | None, typer.Option(
-        "--suite", "-s", help="megatron-2020, mcore-2024-h100 or nccl; repeat for several "
-                              "(default: all)")] = None,
+        "--suite", "-s", help="a suite file name under --dir (e.g. mcore-2024-h100) or nccl; "
+                              "repeat for several (default: all)")] = None,
     directory: SuiteDir = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=0,
+                                      help="simulate this many rows at once, in worker "
+                                           "processes (0: one per CPU)")] = 0,
+    granularity: Annotated[str | None, typer.Option(
+        "--granularity", help="override every row's sim.granularity: op, layer or stage")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows and per-suite summary "
                                                          "as JSON")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
     """Simulate published training runs and NCCL measurements; print the error of each row."""
-    from simtrain.validation import SUITES, count_rows, run_suite, summarize
+    from simtrain.validation import all_suites, count_rows, run_suites, summarize
 
     err = Console(stderr=True)
-
-    chosen = list(dict.fromkeys(suite or SUITES))
-    unknown = [s for s in chosen if s not in SUITES]
+    if directory is not None and not directory.is_dir():
+        raise fail(f"cannot read suite folder {directory}: not a directory")
+    known = all_suites(directory)
+    chosen = list(dict.fromkeys(suite or known))
+    unknown = [s for s in chosen if s not in known]
     if unknown:
-        raise fail(f"unknown suite {unknown[0]!r}; expected one of: {', '.join(SUITES)}")
-    rows = []
+        raise fail(f"unknown suite {unknown[0]!r}; expected one of: {', '.join(known)}")
+    if granularity is not None and granularity not in GRANULARITIES:
+        raise fail(f"--granularity {granularity!r}: expected one of {', '.join(GRANULARITIES)}")
+    workers = jobs or os.cpu_count() or 1
     try:
         total = sum(count_rows(s, directory) for s in chosen)
-        show = not quiet and not as_json and err.is_terminal
+        show = not quiet and not as_json
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=True,
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
                       disable=not show) as bar:
             task = bar.add_task("validating", total=total)
-            for name in chosen:
-                bar.update(task, description=name)
-                rows.extend(run_suite(name, directory,
-                                      progress=lambda row_id: bar.advance(task)))
+
+            def advance(name: str, row_id: str) -> None:
+                bar.update(task, advance=1, description=f"{name} · {row_id}")
+
+            rows = run_suites(chosen, directory, jobs=workers, granularity=granularity,
+                              progress=advance)
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     summary = summarize(rows)
@@ -75,8 +95,11 @@ def validate(
     out.print(_summary_table(summary))
 
 
+GRANULARITIES = ("op", "layer", "stage")
+
+
 METRIC_LABELS = {"iteration_time_ms": "step (ms)", "tflops_per_gpu": "TFLOP/s/GPU",
-                 "busbw_gbps": "busbw (GB/s)"}
+                 "busbw_gbps": "busbw (GB/s)", "tokens_per_s_per_gpu": "tokens/s/GPU"}
 
 
 def _pct(value: float | None) -> str:
@@ -94,7 +117,10 @@ def _rows_table(name: str, rows: list[Any]) -> Table:
         predicted = "skipped" if r.predicted is None else f"{r.predicted:,.1f}"
         colour = ("dim" if r.error is None else "green" if abs(r.error) <= 0.1
                   else "yellow" if abs(r.error) <= 0.25 else "red")
-        note = (f"not representable: {r.skipped}" if r.skipped
+        needs = r.extra.get("needs") if r.skipped.startswith("not expressible") else None
+        note = (f"not expressible: {', '.join(needs)} (see --json)" if needs
+                else r.skipped if r.skipped.startswith("simulation failed")
+                else f"not representable: {r.skipped}" if r.skipped
                 else "known miss (see --json)" if r.note and r.suite == "nccl" else r.note)
         table.add_row(r.id, METRIC_LABELS.get(r.metric, r.metric), f"{r.published:,.1f}",
                       predicted, f"[{colour}]{_pct(r.error)}[/]", note)
@@ -103,14 +129,15 @@ def _rows_table(name: str, rows: list[Any]) -> Table:
 
 def _summary_table(summary: list[dict[str, Any]]) -> Table:
     table = Table(title="validation · summary (error = predicted / published - 1)")
-    for column in ("suite", "metric", "rows", "skipped", "MAPE", "mean error", "worst row"):
+    for column in ("suite", "metric", "rows", "expressible", "MAPE", "mean error",
+                   "worst row"):
         table.add_column(column, justify="left" if column in ("suite", "metric", "worst row")
                          else "right")
     for s in summary:
         mape = "—" if s["mape"] is None else f"{s['mape']:.1%}"
         worst = "—" if s["worst"] is None else f"{s['worst']} ({_pct(s['worst_error'])})"
-        table.add_row(s["suite"], METRIC_LABELS.get(s["metric"], s["metric"]), str(s["rows"]),
-                      str(s["skipped"]), mape, _pct(s["mean_error"]), worst)
+        table.add_row(s["suite"], METRIC_LABELS.get(s["metric"], s["metric"]),
+                      str(s["total"]), str(s["rows"]), mape, _pct(s["mean_error"]), worst)
     return table
 
 

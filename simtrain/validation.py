@@ -1,94 +1,59 @@
-"""Validation against published training runs (issue #8, first part): how far is simtrain?
+"""Validation against published training runs: how far is simtrain, row by row?
 
-Three suites, each row a published number and simtrain's prediction for the same setup:
+Suites:
 
-- ``megatron-2020``: Megatron-LM's 2020 README scaling tables (DGX-2 V100 and DGX A100,
-  1-8 GPUs of tensor parallelism, then 128-way data parallelism): iteration time and
-  TFLOP/s per GPU (hardware FLOPs with full recompute, the 96·B·s·l·h² formula).
-- ``mcore-2024-h100``: Megatron-Core's 2024 H100 weak scaling (1.7B..462B): TFLOP/s per
-  GPU with Megatron-Core's model-FLOPs formula at that commit.
+- scenario suites, one YAML file per source in ``scenarios/validation/<suite>.yaml``: a
+  ``base`` scenario and ``rows``, each with its ``published`` numbers and a ``scenario``
+  overlay (deep-merged onto the base). ``megatron-2020`` and ``mcore-2024-h100`` (the
+  Megatron READMEs), and one file per source of shared/reference/measured_runs.yaml
+  (NeMo, Megatron Bridge, NeMo AutoModel, torchtitan, SimuMax, DeepSeek-V3);
 - ``nccl``: published all-reduce / point-to-point bus bandwidths
   (:func:`simtrain.comm.reference.calibration_table`).
 
-The scenarios of the first two live in ``scenarios/validation/<suite>.yaml``: a ``base``
-scenario and ``rows``, each with its ``published`` numbers and a ``scenario`` overlay
-(deep-merged onto the base). Errors are signed, ``predicted / published - 1``; a suite's
-MAPE is the mean of ``|error|`` over its compared rows (skipped rows are listed, not
-averaged). The published TFLOP/s are recomputed from the *simulated step time* with each
-source's own FLOP formula, so the comparison is like for like (shared/reference/README.md).
+A row may list ``needs``: the features its real configuration uses that simtrain may lack
+(FP8, MLA, an NVL72 preset, ...). Such a row is written as it would be expressed; when its
+scenario does not validate it is reported as "not expressible: <needs> (<the validation
+error>)", and once the feature exists it validates and is compared, with no edit. A row
+without ``needs`` whose scenario does not validate is a bad suite file (ScenarioError).
+
+Errors are signed, ``predicted / published - 1``; a suite's MAPE is the mean of ``|error|``
+over its compared rows (skipped rows are listed, not averaged). Published TFLOP/s are
+compared with each source's own FLOP formula applied to the *simulated step time*
+(:mod:`simtrain.validation_flops`); tokens/s per GPU is ``global batch · seq / step / GPUs``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import json
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from simtrain.errors import ScenarioError
 from simtrain.scenario import Scenario, load_scenario
-from simtrain.workload.model import ModelConfig
+from simtrain.validation_flops import (  # noqa: F401  (re-exported for callers and tests)
+    FORMULAS,
+    formula_flops,
+    mcore_2024_model_flops,
+    megatron_2020_hardware_flops,
+    nemo_full_attention_flops,
+)
+from simtrain.validation_suites import (  # noqa: F401
+    PUBLISHED_METRICS,
+    VALIDATION_DIR,
+    load_suite,
+    row_bodies,
+    suite_path,
+)
 
-SUITES = ("megatron-2020", "mcore-2024-h100", "nccl", "nccl-modern")
+# The original suites (calibrated defaults were fitted on them).
 SCENARIO_SUITES = ("megatron-2020", "mcore-2024-h100")
-VALIDATION_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "validation"
-# What a row may publish: a step time or a throughput per GPU (each source's FLOPs).
-PUBLISHED_METRICS = ("iteration_time_ms", "tflops_per_gpu")
 # Megatron-Core's README divides by this H100 bf16 dense peak for its MFU column.
 MCORE_PEAK_TFLOPS = 989.0
 
-
-# --- FLOP formulas, each as its source writes it ---------------------------------------
-
-def megatron_2020_hardware_flops(batch: int, seq: int, layers: int, hidden: int,
-                                 vocab: int) -> float:
-    """Hardware FLOPs per iteration with full activation recompute (Megatron SC21 Eq. 3):
-    ``96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))``; what the 2020 README's TFLOP/s count."""
-    b, s, ll, h, v = batch, seq, layers, hidden, vocab
-    return 96.0 * b * s * ll * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * ll * h))
-
-
-def mcore_2024_model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int, *,
-                           heads: int, query_groups: int | None = None,
-                           ffn_hidden: int | None = None, swiglu: bool = False,
-                           experts_per_token: int = 1, kv_channels: int | None = None) -> float:
-    """Megatron-Core ``num_floating_point_operations`` at commit 937571cf (model FLOPs, no
-    recompute, non-causal attention), per iteration:
-
-    ``12·B·s·l·h²·[(1 + g/a + s/h)·(q_proj/h) + (ffn/h)·topk·(3/2 if swiglu) + V/(2·l·h)]``
-    with ``q_proj = kv_channels·a`` (= h for standard heads), g query groups (= a for MHA).
-    For a plain GPT (MHA, ffn 4h, GELU) this is ``72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))``.
-    """
-    b, s, ll, h, v, a = batch, seq, layers, hidden, vocab, heads
-    g = query_groups or a
-    ffn = ffn_hidden or 4 * h
-    q_proj = (kv_channels or h // a) * a
-    gated = 1.5 if swiglu else 1.0
-    return 12.0 * b * s * ll * h * h * ((1.0 + g / a + s / h) * (q_proj / h)
-                                        + (ffn / h) * experts_per_token * gated
-                                        + v / (2.0 * ll * h))
-
-
-def formula_flops(kind: str, scenario: Scenario) -> float:
-    """FLOPs per step of ``scenario`` under the suite's formula ``kind``."""
-    m: ModelConfig = scenario.model
-    b, s = scenario.training.global_batch_size, scenario.seq_len
-    if kind == "megatron-2020-hardware":
-        return megatron_2020_hardware_flops(b, s, m.num_layers, m.hidden_size, m.vocab_size)
-    if kind == "mcore-2024-model":
-        return mcore_2024_model_flops(
-            b, s, m.num_layers, m.hidden_size, m.vocab_size, heads=m.num_heads,
-            query_groups=m.kv_heads, ffn_hidden=m.expert_ffn_size if m.is_moe else m.ffn_size,
-            swiglu=m.activation == "swiglu",
-            experts_per_token=m.experts_per_token if m.is_moe else 1)
-    raise ValueError(f"unknown FLOP formula {kind!r}; expected megatron-2020-hardware or "
-                     f"mcore-2024-model")
-
-
-# --- rows and summaries ----------------------------------------------------------------
 
 @dataclass
 class Row:
@@ -130,7 +95,8 @@ def summarize(rows: Iterable[Row]) -> list[dict[str, Any]]:
     out = []
     for (suite, metric), members in groups.items():
         compared = [r for r in members if r.error is not None]
-        summary: dict[str, Any] = {"suite": suite, "metric": metric, "rows": len(compared),
+        summary: dict[str, Any] = {"suite": suite, "metric": metric, "total": len(members),
+                                   "rows": len(compared),
                                    "skipped": len(members) - len(compared), "mape": None,
                                    "mean_error": None, "worst": None, "worst_error": None}
         if compared:
@@ -142,114 +108,7 @@ def summarize(rows: Iterable[Row]) -> list[dict[str, Any]]:
     return out
 
 
-# --- suites from scenarios/validation ---------------------------------------------------
-
-def _merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in base.items()}
-    for key, value in overlay.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _plain(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {str(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    return node
-
-
-def suite_path(suite: str, directory: Path | None = None) -> Path:
-    return (directory or VALIDATION_DIR) / f"{suite}.yaml"
-
-
-def load_suite(suite: str, directory: Path | None = None) -> dict[str, Any]:
-    """The suite file as a dict: suite, flops, base, rows (ScenarioError if malformed)."""
-    path = suite_path(suite, directory)
-    try:
-        data = _plain(YAML(typ="safe").load(path.read_text(encoding="utf-8")))
-    except OSError as exc:
-        raise ScenarioError(f"cannot read validation suite: {exc.strerror}",
-                            source=str(path)) from None
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ScenarioError(f"not valid YAML: {problem}", source=str(path),
-                            line=None if mark is None else mark.line + 1) from None
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-        raise ScenarioError("expected a mapping with suite, flops, base and rows",
-                            source=str(path))
-    for k, entry in enumerate(data["rows"]):
-        if (not isinstance(entry, dict) or "id" not in entry
-                or not isinstance(entry.get("published"), dict)):
-            raise ScenarioError(f"row {k + 1} needs an id and a published mapping (e.g. "
-                                f"published: {{iteration_time_ms: 1076}})", source=str(path),
-                                field="rows")
-        unknown = [m for m in entry["published"] if m not in PUBLISHED_METRICS]
-        if unknown or not entry["published"]:
-            raise ScenarioError(f"row {entry['id']}: published needs "
-                                f"{' or '.join(PUBLISHED_METRICS)}, got "
-                                f"{unknown or 'nothing'}", source=str(path), field="rows")
-    return data
-
-
-def row_bodies(suite: str, directory: Path | None = None
-               ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(row entry, scenario as a plain dict: base deep-merged with the row's overlay)."""
-    data = load_suite(suite, directory)
-    out = []
-    for entry in data["rows"]:
-        body = _merge(data.get("base") or {}, entry.get("scenario") or {})
-        body["name"] = f"{suite}/{entry['id']}"
-        body.setdefault("description", f"validation row {entry['id']} of {suite}")
-        out.append((entry, body))
-    return out
-
-
-def row_scenarios(suite: str, directory: Path | None = None
-                  ) -> list[tuple[dict[str, Any], Scenario]]:
-    """(row entry, validated scenario) for every row of a scenario suite."""
-    out = []
-    for entry, body in row_bodies(suite, directory):
-        out.append((entry, load_row(suite, entry, body, directory)))
-    return out
-
-
-def load_row(suite: str, entry: dict[str, Any], body: dict[str, Any],
-             directory: Path | None = None) -> Scenario:
-    """The validated scenario of one row; errors name the suite file, the row and the field."""
-    try:
-        return load_scenario(body)
-    except ScenarioError as exc:
-        where = f"{exc.field}: " if exc.field else ""
-        raise ScenarioError(f"row {entry['id']}: {where}{exc.message}",
-                            source=str(suite_path(suite, directory))) from None
-
-
-def _predict_row(suite: str, flops_kind: str, entry: dict[str, Any],
-                 scenario: Scenario) -> list[Row]:
-    from simtrain.simulate import simulate
-
-    summary = simulate(scenario).summary
-    step = float(summary["step_time_s"])
-    gpus = int(summary["num_gpus"])
-    tflops = formula_flops(flops_kind, scenario) / step / gpus / 1e12
-    extra = {"step_time_s": step, "num_gpus": gpus, "fidelity": summary.get("fidelity"),
-             "simtrain_mfu": summary.get("mfu"), "simtrain_hfu": summary.get("hfu"),
-             "peak_memory_gib": summary.get("peak_memory_gib"),
-             "ignore_memory": scenario.sim.ignore_memory}
-    note = "memory check ignored" if scenario.sim.ignore_memory else ""
-    predicted = {"iteration_time_ms": (step * 1e3, "ms"), "tflops_per_gpu": (tflops, "TFLOP/s")}
-    rows = []
-    for metric, published in entry["published"].items():
-        value, unit = predicted[metric]
-        rows.append(Row(suite, str(entry["id"]), metric, float(published), value,
-                        signed_error(value, float(published)), unit, note, extra=extra))
-    return rows
-
+# --- suites ------------------------------------------------------------------------------
 
 def nccl_rows() -> list[Row]:
     """The NCCL bus-bandwidth points of :mod:`simtrain.comm.reference`."""
@@ -265,37 +124,261 @@ def nccl_rows() -> list[Row]:
     return rows
 
 
-def count_rows(suite: str, directory: Path | None = None) -> int:
-    if suite == "nccl-modern":  # simtrain/comm/validation.py runs this suite
-        from simtrain.comm.validation import count_points
+# Suites computed in code rather than read from scenario files: name -> rows.
+SPECIAL_SUITES: dict[str, Callable[[], list[Row]]] = {"nccl": nccl_rows}
+# Suite files of another format in the same folder: name -> (module, rows function taking
+# (path, progress), count function taking path). Offered only where the file exists.
+FILE_SUITES: dict[str, tuple[str, str, str]] = {
+    "nccl-modern": ("simtrain.comm.validation", "suite_rows", "count_points"),
+}
 
-        return count_points(suite_path(suite, directory))
+
+def scenario_suites(directory: Path | None = None) -> list[str]:
+    """The scenario suites in ``directory``: every ``*.yaml`` not named after another kind."""
+    folder = directory or VALIDATION_DIR
+    return sorted(p.stem for p in folder.glob("*.yaml")
+                  if p.stem not in SPECIAL_SUITES and p.stem not in FILE_SUITES)
+
+
+def all_suites(directory: Path | None = None) -> list[str]:
+    """Every suite: the scenario files of ``directory``, the other suite files present
+    there, and the special suites."""
+    files = [n for n in FILE_SUITES if suite_path(n, directory).is_file()]
+    return [*scenario_suites(directory), *files, *SPECIAL_SUITES]
+
+
+def _file_suite(name: str, which: int) -> Callable[..., Any]:
+    import importlib
+
+    module, *functions = FILE_SUITES[name]
+    return getattr(importlib.import_module(module), functions[which])
+
+
+def row_scenarios(suite: str, directory: Path | None = None
+                  ) -> list[tuple[dict[str, Any], Scenario]]:
+    """(row entry, validated scenario) for every expressible row of a scenario suite."""
+    out = []
+    for entry, body in row_bodies(suite, directory):
+        scenario, _ = expressible(suite, entry, body, directory)
+        if scenario is not None:
+            out.append((entry, scenario))
+    return out
+
+
+def load_row(suite: str, entry: dict[str, Any], body: dict[str, Any],
+             directory: Path | None = None) -> Scenario:
+    """The validated scenario of one row; errors name the suite file, the row and the field."""
+    try:
+        return load_scenario(body)
+    except ScenarioError as exc:
+        where = f"{exc.field}: " if exc.field else ""
+        raise ScenarioError(f"row {entry['id']}: {where}{exc.message}",
+                            source=str(suite_path(suite, directory))) from None
+
+
+def expressible(suite: str, entry: dict[str, Any], body: dict[str, Any],
+                directory: Path | None = None) -> tuple[Scenario | None, str]:
+    """(scenario, "") when the row validates; (None, "not expressible: ...") when it does
+    not and lists ``needs``; ScenarioError (naming file and row) otherwise."""
+    try:
+        return load_scenario(body), ""
+    except ScenarioError as exc:
+        needs = entry.get("needs") or []
+        if not needs:
+            where = f"{exc.field}: " if exc.field else ""
+            raise ScenarioError(f"row {entry['id']}: {where}{exc.message} (a row simtrain "
+                                f"cannot express must list what it needs: needs: [...])",
+                                source=str(suite_path(suite, directory))) from None
+        where = f"{exc.field}: " if exc.field else ""
+        return None, f"not expressible: {', '.join(needs)} ({where}{exc.message})"
+
+
+@dataclass(frozen=True)
+class RowJob:
+    """One row to predict: picklable, so rows can run in worker processes."""
+
+    suite: str
+    entry: dict[str, Any]
+    body: dict[str, Any]
+    flops_kind: str
+    skipped: str = ""
+    # Rows of the same suite with the same scenario (e.g. one config published twice):
+    # simulated once, compared each against its own published numbers.
+    twins: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def cost(self) -> float:
+        """Rough relative simulation cost (pipeline steps x layers), to schedule big first."""
+        t = self.body.get("training") or {}
+        p = self.body.get("parallelism") or {}
+        gbs = float(t.get("global_batch_size") or 1)
+        return gbs / float(p.get("dp") or 1) * float(p.get("pp") or 1)
+
+
+def _skipped_rows(job: RowJob, reason: str) -> list[Row]:
+    return [Row(job.suite, str(entry["id"]), metric, float(value), None, None,
+                skipped=reason, extra={"needs": list(entry.get("needs") or [])})
+            for entry in (job.entry, *job.twins) for metric, value in entry["published"].items()]
+
+
+def predict_row(job: RowJob) -> list[Row]:
+    """Simulate one row and compare each published metric (worker-process entry point)."""
+    from simtrain.hardware.topology import build_cluster
+    from simtrain.simulate import build_plan, memory_report, simulate
+
+    if job.skipped:
+        return _skipped_rows(job, job.skipped)
+    started = time.perf_counter()
+    scenario = load_scenario(job.body)
+    cluster = build_cluster(scenario.cluster)
+    memory = memory_report(scenario, cluster, build_plan(scenario, cluster))
+    notes = []
+    if scenario.sim.ignore_memory:
+        notes.append("memory check ignored")
+    elif not memory.fits():  # the run did fit; say so and compare the time anyway
+        notes.append(f"over memory in simtrain's model ({memory.total / 2**30:.0f} of "
+                     f"{memory.capacity / 2**30:.0f} GiB; simulated anyway)")
+        scenario = scenario.model_copy(update={"sim": scenario.sim.model_copy(
+            update={"ignore_memory": True})})
+    try:
+        summary = simulate(scenario).summary
+    except (ScenarioError, ValueError) as exc:
+        return _skipped_rows(job, f"simulation failed: {exc}")
+    step = float(summary["step_time_s"])
+    gpus = int(summary["num_gpus"])
+    tokens = scenario.training.global_batch_size * scenario.seq_len
+    predicted: dict[str, tuple[float, str]] = {
+        "iteration_time_ms": (step * 1e3, "ms"),
+        "tokens_per_s_per_gpu": (tokens / step / gpus, "tokens/s"),
+    }
+    extra = {"step_time_s": step, "num_gpus": gpus, "fidelity": summary.get("fidelity"),
+             "simtrain_mfu": summary.get("mfu"), "simtrain_hfu": summary.get("hfu"),
+             "peak_memory_gib": summary.get("peak_memory_gib"),
+             "ignore_memory": scenario.sim.ignore_memory,
+             "wall_s": round(time.perf_counter() - started, 3)}
+    rows = []
+    for entry in (job.entry, *job.twins):
+        needs = entry.get("needs") or []  # written for a missing feature; accepted now
+        listed = [f"listed needs ({', '.join(needs)}) but validates"] if needs else []
+        note = "; ".join(listed + notes)
+        for metric, published in entry["published"].items():
+            if metric == "tflops_per_gpu" and metric not in predicted:
+                predicted[metric] = (formula_flops(job.flops_kind, scenario) / step / gpus
+                                     / 1e12, "TFLOP/s")
+            value, unit = predicted[metric]
+            rows.append(Row(job.suite, str(entry["id"]), metric, float(published), value,
+                            signed_error(value, float(published)), unit, note,
+                            extra=extra))
+    return rows
+
+
+def _same_scenario(job: RowJob) -> str:
+    body = {k: v for k, v in job.body.items() if k not in ("name", "description")}
+    return json.dumps([job.suite, body], sort_keys=True, default=str)
+
+
+def _with_twins(work: list[tuple[tuple[str, int], RowJob]]
+                ) -> list[tuple[list[tuple[str, int]], RowJob]]:
+    """Group expressible jobs with identical scenarios: (keys, job carrying the twins)."""
+    groups: dict[str, list[tuple[tuple[str, int], RowJob]]] = {}
+    out: list[tuple[list[tuple[str, int]], RowJob]] = []
+    for key, job in work:
+        if job.skipped:
+            out.append(([key], job))
+        else:
+            groups.setdefault(_same_scenario(job), []).append((key, job))
+    for members in groups.values():
+        (first_key, first), rest = members[0], members[1:]
+        job = RowJob(first.suite, first.entry, first.body, first.flops_kind,
+                     twins=tuple(j.entry for _, j in rest))
+        out.append(([first_key, *(k for k, _ in rest)], job))
+    return out
+
+
+def suite_jobs(suite: str, directory: Path | None = None,
+               granularity: str | None = None) -> list[RowJob]:
+    """A job per row of a scenario suite; unexpressible rows carry their reason.
+
+    ``granularity`` overrides every row's ``sim.granularity`` (op, layer, stage)."""
+    data = load_suite(suite, directory)
+    flops_kind = str(data.get("flops") or "")
+    jobs = []
+    for entry, body in row_bodies(suite, directory):
+        if granularity is not None:
+            body["sim"] = {**(body.get("sim") or {}), "granularity": granularity}
+        _, reason = expressible(suite, entry, body, directory)
+        jobs.append(RowJob(suite, entry, body, flops_kind, reason))
+    return jobs
+
+
+def count_rows(suite: str, directory: Path | None = None) -> int:
+    if suite in FILE_SUITES:
+        return int(_file_suite(suite, 1)(suite_path(suite, directory)))
     if suite == "nccl":
         from simtrain.comm.reference import POINTS
 
         return len(POINTS)
+    if suite in SPECIAL_SUITES:
+        return len(SPECIAL_SUITES[suite]())
     return len(load_suite(suite, directory)["rows"])
 
 
-def run_suite(suite: str, directory: Path | None = None,
-              progress: Callable[[str], None] | None = None) -> list[Row]:
-    """Predict every row of ``suite``; ``progress(row_id)`` after each simulated row."""
-    if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r}; expected one of: {', '.join(SUITES)}")
-    if suite == "nccl-modern":
-        from simtrain.comm.validation import suite_rows
+def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: int = 1,
+               granularity: str | None = None,
+               progress: Callable[[str, str], None] | None = None) -> list[Row]:
+    """Predict every row of ``suites`` (in that order), ``jobs`` rows at a time in worker
+    processes; ``progress(suite, row_id)`` after each row."""
+    names = list(suites)
+    known = all_suites(directory)
+    for name in names:
+        if name not in known and not (name not in SPECIAL_SUITES and name not in FILE_SUITES
+                                      and suite_path(name, directory).is_file()):
+            raise ValueError(f"unknown suite {name!r}; expected one of: {', '.join(known)}")
+    results: dict[tuple[str, int], list[Row]] = {}
+    work: list[tuple[tuple[str, int], RowJob]] = []
+    for name in names:
+        if name in FILE_SUITES:
+            rows = _file_suite(name, 0)(suite_path(name, directory),
+                                        (lambda rid, n=name: progress(n, rid))
+                                        if progress else None)
+            for k, row in enumerate(rows):
+                results[(name, k)] = [row]
+            continue
+        if name in SPECIAL_SUITES:
+            rows = SPECIAL_SUITES[name]()
+            for k, row in enumerate(rows):
+                results[(name, k)] = [row]
+                if progress:
+                    progress(name, row.id)
+            continue
+        work += [((name, k), job) for k, job in
+                 enumerate(suite_jobs(name, directory, granularity))]
+    todo = sorted(_with_twins(work), key=lambda item: -item[1].cost)
 
-        return suite_rows(suite_path(suite, directory), progress)
-    if suite == "nccl":
-        rows = nccl_rows()
-        if progress:
-            for row in rows:
-                progress(row.id)
-        return rows
-    flops_kind = str(load_suite(suite, directory)["flops"])
-    out: list[Row] = []
-    for entry, scenario in row_scenarios(suite, directory):
-        out.extend(_predict_row(suite, flops_kind, entry, scenario))
-        if progress:
-            progress(str(entry["id"]))
-    return out
+    def done(keys: list[tuple[str, int]], job: RowJob, rows: list[Row]) -> None:
+        for key, entry in zip(keys, (job.entry, *job.twins), strict=True):
+            results[key] = [r for r in rows if r.id == str(entry["id"])]
+            if progress:
+                progress(job.suite, str(entry["id"]))
+
+    if jobs > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(predict_row, job): (keys, job) for keys, job in todo}
+            for future in as_completed(futures):
+                keys, job = futures[future]
+                done(keys, job, future.result())
+    else:
+        for keys, job in todo:
+            done(keys, job, predict_row(job))
+    order = {name: i for i, name in enumerate(names)}
+    return [row for key in sorted(results, key=lambda k: (order[k[0]], k[1]))
+            for row in results[key]]
+
+
+def run_suite(suite: str, directory: Path | None = None,
+              progress: Callable[[str], None] | None = None, *, jobs: int = 1,
+              granularity: str | None = None) -> list[Row]:
+    """Predict every row of one suite; ``progress(row_id)`` after each row."""
+    return run_suites([suite], directory, jobs=jobs, granularity=granularity,
+                      progress=(lambda _s, row_id: progress(row_id)) if progress else None)
+

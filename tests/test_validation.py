@@ -10,14 +10,20 @@ from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from simtrain.cli import app
+from simtrain.errors import ScenarioError
 from simtrain.validation import (
+    PUBLISHED_METRICS,
     Row,
+    formula_flops,
     load_suite,
     mape,
     mcore_2024_model_flops,
     megatron_2020_hardware_flops,
+    nemo_full_attention_flops,
     row_scenarios,
     run_suite,
+    run_suites,
+    scenario_suites,
     signed_error,
     summarize,
 )
@@ -194,3 +200,135 @@ def test_cli_table_and_exit_codes(one_row_dir: Path):
     missing = runner.invoke(app, ["validate", "-s", "megatron-2020", "--dir",
                                   str(one_row_dir / "nowhere")])
     assert missing.exit_code == 2 and "cannot read" in missing.output
+
+
+# --- the measured-runs suites ------------------------------------------------------------
+
+def test_nemo_flop_count_of_llama3_8b_is_the_published_57_9_gflop_per_token():
+    # LLAMA3-8B: h 4096, a 32, g 8, d 128, ffn 14336 (SwiGLU), 32 layers, V 128256.
+    # Attention per layer h(a+2g)d + a·d·h = 4096·48·128 + 32·128·4096 = 41,943,040;
+    # MLP 3·4096·14336 = 176,160,768; x 32 = 6,979,321,856; output 4096·128256 =
+    # 525,336,576 -> N_matmul = 7,504,658,432. 6N = 45,027,950,592; 12·l·s·h at s = 8192:
+    # 12·32·8192·4096 = 12,884,901,888 -> 57,912,852,480 FLOP/token (source: 57.9e9).
+    from simtrain.scenario import load_scenario
+    from simtrain.validation_flops import matmul_params
+
+    sc = load_scenario({"cluster": {"preset": "dgx-h100"}, "model": {"preset": "llama3-8b"},
+                        "training": {"global_batch_size": 8, "seq_len": 8192}})
+    assert matmul_params(sc.model) == 7_504_658_432
+    assert nemo_full_attention_flops(sc.model, 1.0, 8192) == 57_912_852_480
+    assert formula_flops("nemo-full-attention", sc) == 57_912_852_480 * 8 * 8192
+
+
+def test_every_suite_row_validates_or_says_what_it_needs():
+    """Every bundled suite file is well formed (ids, metrics, needs); every row without needs
+    is a valid scenario, and the first row with needs of each suite is reported as not
+    expressible (validating all 500 is `simtrain validate`'s job; this keeps the test fast)."""
+    from simtrain.validation import expressible
+    from simtrain.validation_suites import row_bodies
+
+    total = compared = 0
+    for suite in scenario_suites():
+        first_needing = True
+        for entry, body in row_bodies(suite):
+            total += 1
+            assert set(entry["published"]) <= set(PUBLISHED_METRICS)
+            if entry.get("needs") and not first_needing:
+                continue
+            scenario, reason = expressible(suite, entry, body)
+            if entry.get("needs"):
+                first_needing = False
+                assert scenario is not None or reason.startswith("not expressible: ")
+            else:
+                assert scenario is not None
+                compared += 1
+    assert total > 500 and compared >= 50
+    for suite in ("simumax-b200", "torchtitan-docs-2024-08"):
+        for _entry, sc in row_scenarios(suite):
+            p = sc.parallelism
+            assert sc.cluster.nodes * sc.cluster.gpus_per_node == p.tp * p.pp * p.cp * (p.dp or 0)
+
+
+def _write(tmp_path: Path, rows: list[dict], base: dict | None = None) -> Path:
+    suite = {"suite": "mine", "base": base or {
+        "cluster": {"preset": "dgx-a100", "nodes": 1},
+        "model": {"preset": "tiny-gpt", "max_seq_len": 1024},
+        "training": {"global_batch_size": 16, "seq_len": 256}, "sim": {"granularity": "layer"}},
+        "rows": rows}
+    (tmp_path / "mine.yaml").write_text(json.dumps(suite))
+    return tmp_path
+
+
+def test_rows_with_needs_are_listed_not_dropped_and_light_up_when_expressible(tmp_path):
+    directory = _write(tmp_path, [
+        {"id": "fp4", "published": {"tokens_per_s_per_gpu": 1000}, "needs": ["FP4 training"],
+         "scenario": {"training": {"dtype": "fp4"}}},
+        # Lists a need, but simtrain accepts it: compared like any other row.
+        {"id": "ok", "published": {"tokens_per_s_per_gpu": 1000}, "needs": ["something"]},
+        # The same scenario twice (one config published twice): simulated once.
+        {"id": "ok-again", "published": {"tokens_per_s_per_gpu": 2000}}])
+    fp4, ok, again = run_suite("mine", directory)
+    assert fp4.predicted is None and fp4.error is None
+    assert fp4.skipped.startswith("not expressible: FP4 training (training.dtype: ")
+    # tokens/s/GPU = 16 sequences x 256 tokens / step / 8 GPUs.
+    step = ok.extra["step_time_s"]
+    assert ok.predicted == pytest.approx(16 * 256 / step / 8)
+    assert "listed needs (something) but validates" in ok.note
+    assert again.predicted == ok.predicted and again.error == pytest.approx(
+        ok.predicted / 2000 - 1)
+    summary = {s["metric"]: s for s in summarize([fp4, ok, again])}["tokens_per_s_per_gpu"]
+    assert (summary["total"], summary["rows"], summary["skipped"]) == (3, 2, 1)
+    table = runner.invoke(app, ["validate", "-s", "mine", "--dir", str(directory), "-j", "1"])
+    assert table.exit_code == 0 and "not expressible: FP4 training" in table.stdout
+
+
+def test_a_row_that_does_not_validate_without_needs_is_bad_input(tmp_path):
+    directory = _write(tmp_path, [{"id": "typo", "published": {"iteration_time_ms": 5},
+                                   "scenario": {"training": {"dtype": "fp4"}}}])
+    with pytest.raises(ScenarioError, match=r"mine\.yaml: row typo: training\.dtype"):
+        run_suite("mine", directory)
+    result = runner.invoke(app, ["validate", "-s", "mine", "--dir", str(directory)])
+    assert result.exit_code == 2 and "row typo" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_parallel_rows_and_granularity_override(tmp_path):
+    directory = _write(tmp_path, [
+        {"id": "a", "published": {"iteration_time_ms": 5}},
+        {"id": "b", "published": {"iteration_time_ms": 5},
+         "scenario": {"training": {"seq_len": 512}}}])
+    serial = run_suite("mine", directory, jobs=1)
+    parallel = run_suite("mine", directory, jobs=2)
+    assert [(r.id, r.predicted) for r in serial] == [(r.id, r.predicted) for r in parallel]
+    seen: list[str] = []
+    staged = run_suites(["mine"], directory, granularity="stage",
+                        progress=lambda s, r: seen.append(f"{s}/{r}"))
+    assert sorted(seen) == ["mine/a", "mine/b"] and len(staged) == 2
+    bad = runner.invoke(app, ["validate", "-s", "mine", "--dir", str(directory),
+                              "--granularity", "kernel"])
+    assert bad.exit_code == 2 and "--granularity 'kernel'" in bad.output
+
+
+def test_suite_files_of_another_format_run_through_their_module(tmp_path, monkeypatch):
+    # e.g. nccl-modern.yaml (collective sweeps): listed only where its file exists, run by
+    # its own module's suite_rows(path, progress), never parsed as a scenario suite.
+    from simtrain import validation
+
+    (tmp_path / "sweepmod.py").write_text(
+        "from simtrain.validation import Row\n"
+        "def rows(path, progress):\n"
+        "    out = [Row('sweep', 'p1', 'busbw_gbps', 10.0, 11.0, 0.1)]\n"
+        "    if progress: progress('p1')\n"
+        "    return out\n"
+        "def count(path):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(validation.FILE_SUITES, "sweep", ("sweepmod", "rows", "count"))
+    directory = _write(tmp_path, [{"id": "a", "published": {"iteration_time_ms": 5}}])
+    assert "sweep" not in scenario_suites(directory)
+    assert validation.all_suites(directory) == ["mine", "nccl"]
+    (tmp_path / "sweep.yaml").write_text("series: []\n")
+    assert validation.all_suites(directory) == ["mine", "sweep", "nccl"]
+    seen: list[str] = []
+    (row,) = run_suites(["sweep"], directory, progress=lambda s, r: seen.append(f"{s}/{r}"))
+    assert row.id == "p1" and seen == ["sweep/p1"]
+    assert validation.count_rows("sweep", directory) == 1

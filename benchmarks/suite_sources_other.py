@@ -1,0 +1,214 @@
+"""SuiteSpecs of the torchtitan, SimuMax and DeepSeek-V3 sources (see suite_sources.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite_sources import ORDER, Shapes, SuiteSpec, make_row, slug, unique
+
+# torchtitan's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s, 500 W (not the 80 GB SXM5 part).
+GRAND_TETON_GPU = "h100-96gb-hbm2e-500w"
+GRAND_TETON_NEED = "GPU H100 96GB HBM2e 500 W (Grand Teton; not in the catalogue)"
+TITAN_CHOICES = [
+    "Not stated, chosen: FSDP2 is zero 3 over the data-parallel group; global batch = local",
+    "batch x FSDP degree where not stated; with PP the local batch splits into pp",
+    "microbatches (torchtitan's default count); selective AC is simtrain's selective",
+    "recompute, full AC full; TP is sequence parallel; AsyncTP is tp_comm_overlap;",
+    "torch.compile is not modelled (no kernel fusion beyond simtrain's own); Float8 is",
+    "training.dtype fp8 (tensorwise dynamic scaling, torchao's default); sim.granularity layer.",
+]
+# torchtitan's device mesh is (pp, dp, cp, tp): pipeline outermost, as ORDER.
+TITAN_BASE: dict[str, Any] = {"parallelism": {"order": ORDER,
+                                              "ddp": {"overlap_param_gather": False}},
+                              "sim": {"granularity": "layer"}}
+AC = {"selective": "selective", "selective op": "selective", "per-op sac": "selective",
+      "full": "full", "none": "none", "disabled": "none"}
+
+
+def _ac(ac: str) -> tuple[dict[str, Any], list[str]]:
+    key = ac.strip().lower()
+    if key in AC:
+        return {"recompute": AC[key]}, []
+    return {"recompute": "selective-layer"}, ["layer-wise selective activation checkpointing"]
+
+
+def _titan_prec(text: str) -> str | None:
+    t = text.lower()
+    if "float8" in t:
+        return "float8 rowwise" if "rowwise" in t else "float8"
+    return None
+
+
+def torchtitan_2024_12(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    rows = []
+    for r in source["rows"]:
+        seq = r.get("seq") or r["seq_inf"]
+        fsdp, tp, pp, cp = r["fsdp"], r.get("tp", 1), r.get("pp", 1), r.get("cp", 1)
+        gbs = r.get("gbs") or r["lbs"] * fsdp
+        mbs = r["lbs"] // pp if pp > 1 else r["lbs"]
+        par, needs = _ac(r["ac"])
+        if "AsyncTP" in r["techniques"]:
+            par["tp_comm_overlap"] = True
+        vp = 2 if r.get("pp_schedule") == "Interleaved 1F1B" else None
+        rows.append(make_row(
+            rid=slug(f"t{r['table']}", r["model"], f"{r['gpus']}gpu", r["techniques"],
+                     f"seq{seq // 1024}k"), src=r,
+            published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model=r["model"],
+            shapes=shapes, seq=seq, system="DGX-H100", gpus=r["gpus"], gbs=gbs, mbs=mbs,
+            tp=tp, pp=pp, cp=cp, vp=vp, dp=fsdp, fsdp=True, prec=_titan_prec(r["techniques"]),
+            gpu=GRAND_TETON_GPU, par=par, needs=[GRAND_TETON_NEED, *needs]))
+    return unique(rows)
+
+
+def torchtitan_async_tp(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    rows = []
+    for r in source["rows"]:
+        for mode, overlap in (("vanilla_tp", False), ("async_tp", True)):
+            par, needs = _ac(r["ac"])
+            par["tp_comm_overlap"] = overlap
+            rows.append(make_row(
+                rid=slug(r["model"], r["prec"], mode.replace("_", "-")), src=r,
+                published={"tokens_per_s_per_gpu": r[f"tok_s_{mode}"]}, model=r["model"],
+                shapes=shapes, seq=r["seq_inf"], system="DGX-H100", gpus=r["gpus"],
+                gbs=r["lbs"] * r["fsdp"], mbs=r["lbs"], tp=r["tp"], dp=r["fsdp"], fsdp=True,
+                prec=_titan_prec(r["prec"]), gpu=GRAND_TETON_GPU, par=par,
+                needs=[GRAND_TETON_NEED, *needs]))
+    return unique(rows)
+
+
+def torchtitan_h200(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    return unique([make_row(
+        rid=slug("llama3.1-8b", f"{r['gpus']}gpu"), src=r,
+        published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model="Llama 3.1 8B",
+        shapes=shapes, seq=8192, system="DGX-H200", gpus=r["gpus"], gbs=r["gbs_inf"],
+        mbs=r["lbs"], dp=r["gpus"], fsdp=True, prec="float8", par={"recompute": "selective"})
+        for r in source["rows"]])
+
+
+def torchtitan_docs(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    rows = []
+    for r in source["rows"]:
+        seq = r.get("seq") or r["seq_inf"]
+        h100 = r["gpu"].startswith("H100")
+        par, needs = _ac(r["ac"])
+        optim = r.get("optim") or ""
+        if "Async TP" in optim:
+            par["tp_comm_overlap"] = True
+        rows.append(make_row(
+            rid=slug(r["model"], r["gpu"].split(" ")[0], f"{r['gpus']}gpu", r["ac"], optim,
+                     f"lbs{r['lbs']}"), src=r,
+            published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model=r["model"],
+            shapes=shapes, seq=seq, system="DGX-H100" if h100 else "DGX-A100", gpus=r["gpus"],
+            gbs=r["gbs"], mbs=r["lbs"], tp=r.get("tp", 1), dp=r["fsdp"], fsdp=True,
+            prec=_titan_prec(optim), gpu=GRAND_TETON_GPU if h100 else "a100-80gb", par=par,
+            needs=[GRAND_TETON_NEED] * h100 + needs))
+    return unique(rows)
+
+
+def torchtitan_dsv3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    rows = []
+    for r in source["rows"]:
+        pp, vp, fsdp = r["pp"], r.get("vp"), r["fsdp"]
+        extra, needs = {}, ["whole-step CUDA graph"] if r["impl"] == "GraphTrainer" else []
+        if "MTP1" in r["config"]:
+            extra["mtp_layers"] = 1
+            needs.append("multi-token prediction")
+        rows.append(make_row(
+            rid=slug(r["config"].replace("MTP disabled", "no-MTP"), r["impl"]), src=r,
+            published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model="DeepSeekV3",
+            shapes=shapes, seq=4096, system="DGX-GB300", gpus=256, gbs=4096,
+            mbs=4096 // (fsdp * r["microbatches"]), pp=pp, vp=vp, ep=r["ep"], dp=fsdp,
+            fsdp=True, prec="MXFP8", model_extra=extra, needs=needs))
+    return unique(rows)
+
+
+def torchtitan_mxfp8(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    rows = []
+    for r in source["rows"]:
+        scaling = r["scaling"]
+        prec = None if "bfloat16" in scaling else (
+            "MXFP8" if scaling.startswith("mxfp8") else _titan_prec(scaling))
+        if r["model"].startswith("Llama3"):
+            row = make_row(rid=slug("llama3-8b-b200", scaling), src=r,
+                           published={"tokens_per_s_per_gpu": r["tok_s_gpu"]},
+                           model="Llama3-8B", shapes=shapes, seq=8192, system="DGX-B200",
+                           gpus=8, gbs=8, mbs=1, dp=8, fsdp=True, prec=prec,
+                           par={"recompute": "selective"})
+        else:
+            row = make_row(rid=slug("llama4-scout-gb200", scaling), src=r,
+                           published={"tokens_per_s_per_gpu": r["tok_s_gpu"]},
+                           model="Llama4 Scout", shapes=shapes, seq=8192, system="DGX-GB200",
+                           gpus=256, gbs=2560, mbs=10, ep=16, dp=256, fsdp=True, prec=prec,
+                           needs=["expert FSDP degree (64) != FSDP degree (256)"])
+        rows.append(row)
+    return unique(rows)
+
+
+def simumax(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    rows = []
+    for r in source["rows"]:
+        par: dict[str, Any] = {}
+        needs = []
+        if r["cp"] > 1:
+            par["cp_algorithm"] = "a2a"
+            needs.append("Ulysses (all-to-all) context parallelism")
+        model = r["model"]
+        extra = {}
+        if model == "deepseekv3":
+            extra["dense_layers"] = 1
+        if model == "deepseekv2":
+            extra["capacity_factor"] = 1.0
+        rows.append(make_row(
+            rid=r["case"], src=r, published={"iteration_time_ms": r["step_ms"]}, model=model,
+            shapes=shapes, seq=r["seq"], system="DGX-B200", gpus=8, gbs=r["gbs_inf"],
+            mbs=r["mbs"], tp=r["tp"], pp=r["pp"], cp=r["cp"], ep=r.get("ep"), dp=r["dp"],
+            layers=r["layers"], kv_heads=16 if model == "llama3-405b" else None,
+            par=par, model_extra=extra, needs=needs))
+    return unique(rows)
+
+
+def deepseek_v3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
+    return [make_row(
+        rid="deepseek-v3-pretraining-2048-h800", src=r,
+        published={"tokens_per_s_per_gpu": r["tok_s_gpu_derived"]}, model="DeepSeekV3",
+        shapes=shapes, seq=4096, system="DGX-H100", gpus=2048, gbs=15360, mbs=1, pp=16,
+        ep=64, dp=128, prec="fp8 blockwise", gpu="h800",
+        par={"schedule": "dualpipe"},
+        needs=["H800 GPU", "DualPipe schedule", "node-limited routing (4 nodes per token)"])
+        for r in source["rows"]]
+
+
+SPECS_OTHER = [
+    SuiteSpec("torchtitan-llama31-h100", "torchtitan_llama31_h100_2024_12", "",
+              torchtitan_2024_12, choices=TITAN_CHOICES, base=TITAN_BASE),
+    SuiteSpec("torchtitan-async-tp-h100", "torchtitan_async_tp_h100_2025_06", "",
+              torchtitan_async_tp, choices=TITAN_CHOICES + [
+                  "Each row is two rows: vanilla TP and async TP (tp_comm_overlap)."],
+              base=TITAN_BASE),
+    SuiteSpec("torchtitan-h200", "torchtitan_h200_trainy_2025_06", "", torchtitan_h200,
+              choices=TITAN_CHOICES, base=TITAN_BASE),
+    SuiteSpec("torchtitan-docs-2024-08", "torchtitan_docs_performance_2024_08", "",
+              torchtitan_docs, choices=TITAN_CHOICES + [
+                  "A100 rows on the dgx-a100 preset (8x A100 80GB, 8x HDR per node; the",
+                  "source does not state the fabric)."], base=TITAN_BASE),
+    SuiteSpec("torchtitan-dsv3-gb300", "torchtitan_dsv3_gb300_2026_10", "", torchtitan_dsv3,
+              choices=TITAN_CHOICES, base=TITAN_BASE),
+    SuiteSpec("torchtitan-mxfp8-blackwell", "torchtitan_mxfp8_blackwell", "",
+              torchtitan_mxfp8, choices=TITAN_CHOICES + [
+                  "The B200s of the dense rows were power limited (source); simtrain's b200 is",
+                  "the 1000 W part, so those rows read optimistic by the clock ratio."],
+              base=TITAN_BASE),
+    SuiteSpec("simumax-b200", "simumax_b200_release_v1_2_real", "", simumax, choices=[
+        "Compared: the real iteration time (step_ms), not SimuMax's prediction. Launcher",
+        "flags as stated: distributed optimizer (zero 1) without --overlap-grad-reduce or",
+        "--overlap-param-gather (gradients reduced after backward), sequence parallel,",
+        "flash attention, no TP comm overlap, no recompute; layer-truncated models as",
+        "published (llama3-405b with 16 KV heads, the source's config)."],
+        base={"parallelism": {"zero": 1, "order": ORDER, "ddp": {"overlap": False}},
+              "sim": {"granularity": "layer"}}),
+    SuiteSpec("deepseek-v3-report", "deepseek_v3_report_pretraining", "", deepseek_v3,
+              choices=["Compared: the aggregate tokens/s/GPU derived from 180K H800 GPU hours",
+                       "per trillion tokens (all overheads included)."],
+              base={"parallelism": {"zero": 1, "order": ORDER},
+                    "sim": {"granularity": "layer"}}),
+]
