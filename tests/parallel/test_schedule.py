@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
@@ -197,3 +199,16 @@ def test_zb_h2_warms_up_with_2p_minus_1_minus_2i_forwards():
 def test_zb_h2_runs_every_step_once_without_deadlock(star_fabric, p, m):
     make_schedule("zb-h2", p, m)  # the Schedule checks every F, B, W once and in order
     _split_pipeline(star_fabric, "zb-h2", p, m, 1.0, 2.0, 0.5)  # raises on a hang
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 8), m=st.integers(1, 24))
+def test_zb_h2_is_a_valid_schedule_within_its_memory_for_any_degrees(p, m):
+    # Schedule() checks every F, B, W once per microbatch and in order; the list
+    # scheduling never holds more than min(2p - 1, m) microbatches on a stage, and its
+    # warm-up (before the first B) is 2p - 1 - 2i forwards, capped by m.
+    sched = make_schedule("zb-h2", p, m)
+    for i, stage in enumerate(sched.stages):
+        assert peak_in_flight(stage) <= min(2 * p - 1, m)
+        first_b = next(k for k, s in enumerate(stage) if s.phase == "B")
+        assert first_b == min(2 * p - 1 - 2 * i, m)
