@@ -71,7 +71,9 @@ class ParallelismConfig(BaseModel):
     """How the step is split across GPUs. Data parallelism over every GPU by default.
 
     ``dp`` None means "whatever is left": world / (tp·cp·pp). ``pp_layers`` gives uneven
-    stages (transformer layers per stage, first to last; vpp must be 1). ``zero`` is the
+    stages: transformer layers per model chunk, first to last (pp·vpp counts; model chunk
+    c·pp + i is chunk c of stage i), e.g. lighter first and last chunks as Megatron's
+    ``--decoder-first/last-pipeline-num-layers``. ``zero`` is the
     ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e. FSDP
     full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
     2022) or full (whole layers). ``cp_algorithm``: ring attention or all-gather of KV.
@@ -294,16 +296,16 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
                          f"{gpus_per_node} (or set parallelism.order to place TP yourself)"))
     layers, p, v = model.num_layers, dims.pp, dims.vpp
     if par.pp_layers is not None:
-        if v > 1:
-            problems.append(("parallelism.pp_layers", f"uneven stages (pp_layers) need vpp=1, "
-                             f"got vpp={v}; drop pp_layers or set vpp: 1"))
-        if len(par.pp_layers) != p or sum(par.pp_layers) != layers or min(par.pp_layers) < 1:
-            problems.append(("parallelism.pp_layers", f"pp_layers={par.pp_layers} must list pp"
-                             f"={p} positive layer counts summing to num_layers={layers}"))
+        counts = par.pp_layers
+        if len(counts) != p * v or sum(counts) != layers or min(counts, default=0) < 1:
+            problems.append(("parallelism.pp_layers", f"pp_layers={counts} must list pp x vpp"
+                             f" = {p} x {v} = {p * v} positive layer counts (one per model "
+                             f"chunk, first to last) summing to num_layers={layers}; got "
+                             f"{len(counts)} summing to {sum(counts)}"))
     elif layers % (p * v):
         problems.append(("parallelism.pp", f"num_layers={layers} is not divisible by pp x "
                          f"vpp = {p} x {v} = {p * v}; change pp/vpp or give uneven stages "
-                         f"with parallelism.pp_layers (one count per stage)"))
+                         f"with parallelism.pp_layers (one count per model chunk)"))
     if dims.ep > 1 and not model.is_moe:
         problems.append(("parallelism.ep", f"ep={dims.ep} needs a mixture-of-experts model "
                          f"(model.num_experts > 0); set ep: 1"))

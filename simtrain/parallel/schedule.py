@@ -13,11 +13,14 @@ forward, gradients backward) into point-to-point transfers.
 
 - ZB-H1 (Qi et al. 2024, ``zero_bubble.py``): 1F1B with backward split into B and W,
   stage i keeping i W's deferred to the cool-down.
+- ZB-H2 (Qi et al. 2024, ``zb_h2.py``): up to 2p - 1 microbatches in flight, extra warm-up
+  F's and the W's deferred to the tail, so no stage idles when T_F = T_B = T_W.
 
 Bubble with uniform stages (forward f, backward b per microbatch and stage): GPipe and 1F1B
 both take (m + p - 1)·(f + b), a bubble fraction (p - 1)/(m + p - 1); interleaving divides
 the bubble time by v; ZB-H1 (forward, input- and weight-gradient times f, b, w, w <= f)
-idles (p - 1)(f + b - w) against 1F1B's (p - 1)(f + b + w).
+idles (p - 1)(f + b - w) against 1F1B's (p - 1)(f + b + w); ZB-H2 (p - 1)(f + b - 2w) on
+its first stage.
 
 Adding a schedule: a ``ScheduleKind`` entry in ``SCHEDULES`` (its steps, placement and the
 pp/vpp/microbatch combinations it can run), its builder here or in one module of its own.
@@ -36,6 +39,7 @@ from simtrain.parallel.pipeline_schedule import (
     looping,
     peak_in_flight,
 )
+from simtrain.parallel.zb_h2 import zb_h2
 from simtrain.parallel.zero_bubble import zb_h1
 
 __all__ = ["SCHEDULES", "Schedule", "ScheduleKind", "Step", "build_schedule", "make_schedule",
@@ -116,6 +120,9 @@ SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
                  _one_f_one_b, _interleaved_problems),
     ScheduleKind("zb-h1", "1F1B with weight gradients deferred to the cool-down (Qi et al. "
                  "2024)", zb_h1, _one_chunk("zb-h1")),
+    ScheduleKind("zb-h2", "zero bubble with 2p - 1 microbatches in flight: extra warm-up "
+                 "forwards, weight gradients in the tail (Qi et al. 2024)", zb_h2,
+                 _one_chunk("zb-h2")),
 )}
 
 

@@ -156,13 +156,14 @@ def head_units(cfg: ModelConfig, b: int, s: int, dt: int, spec: ShardSpec) -> li
 
 def stage_layers(num_layers: int, pp: int, vpp: int,
                  pp_layers: list[int] | None = None) -> list[list[range]]:
-    """Transformer layers of each (stage, chunk): chunk c of stage i is model chunk c·pp + i."""
-    if pp_layers is not None:
-        starts = [sum(pp_layers[:i]) for i in range(pp)]
-        return [[range(starts[i], starts[i] + pp_layers[i])] for i in range(pp)]
-    per = num_layers // (pp * vpp)
-    return [[range((c * pp + i) * per, (c * pp + i + 1) * per) for c in range(vpp)]
-            for i in range(pp)]
+    """Transformer layers of each (stage, chunk): chunk c of stage i is model chunk c·pp + i.
+    ``pp_layers`` gives each model chunk's layer count, first to last (pp·vpp of them; one
+    per stage when vpp = 1); None splits the layers evenly."""
+    counts = pp_layers if pp_layers is not None else [num_layers // (pp * vpp)] * (pp * vpp)
+    assert len(counts) == pp * vpp, "pp_layers is checked against pp x vpp in plan.py"
+    starts = [sum(counts[:k]) for k in range(pp * vpp)]
+    return [[range(starts[c * pp + i], starts[c * pp + i] + counts[c * pp + i])
+             for c in range(vpp)] for i in range(pp)]
 
 
 def chunk_units(cfg: ModelConfig, layers: range, *, first: bool, last: bool, b: int, s: int,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
@@ -131,3 +133,82 @@ def test_zb_h1_holds_no_more_activations_than_1f1b_and_needs_one_chunk():
     assert max(peak_in_flight(s) for s in build_schedule("1f1b", p, m)) == p
     with pytest.raises(ValueError, match="need schedule: interleaved"):
         build_schedule("zb-h1", p, m, 2)
+
+
+def _stage_idle(timeline, rank: int) -> float:
+    """Idle time of ``rank`` between its first start and its last end."""
+    spans = sorted((s.start, s.end) for s in timeline.by_rank()[rank])
+    busy, end = 0.0, spans[0][0]
+    for s, e in spans:
+        busy += max(0.0, e - max(s, end))
+        end = max(end, e)
+    return end - spans[0][0] - busy
+
+
+@pytest.mark.parametrize(("tf", "tb", "tw"), [
+    # Qi et al. 2024 Table 1: ZB-H2 idles (p-1)(T_F + T_B - 2 T_W). p = 4, m = 8:
+    # all 1: 3·0 = 0 on stage 0; the step (synchronised optimizer, stage 3 starts 3·T_F
+    # late) 8·3 + max(0, 3) = 27, ZB-H1's 27 too: its gain needs post-validation.
+    (1.0, 1.0, 1.0),
+    # T_F = T_B = 2, T_W = 1: 3·(2 + 2 - 2) = 6; step 8·5 + max(6, 6) = 46 (ZB-H1: 49).
+    (2.0, 2.0, 1.0),
+    # T_F = 1, T_B = 3, T_W = 1: 3·(1 + 3 - 2) = 6; step 8·5 + max(6, 3) = 46.
+    (1.0, 3.0, 1.0),
+    # T_F = 2, T_B = T_W = 1: 3·(2 + 1 - 2) = 3; step 8·4 + max(3, 6) = 38.
+    (2.0, 1.0, 1.0),
+])
+def test_zb_h2_bubble_is_p_minus_1_times_f_plus_b_minus_2w(star_fabric, tf, tb, tw):
+    p, m = 4, 8
+    timeline = _split_pipeline(star_fabric, "zb-h2", p, m, tf, tb, tw)
+    formula = (p - 1) * (tf + tb - 2 * tw)
+    assert _stage_idle(timeline, 0) == pytest.approx(formula, abs=1e-9)
+    assert timeline.end == pytest.approx(m * (tf + tb + tw) + max(formula, (p - 1) * tf))
+    one = _split_pipeline(star_fabric, "1f1b", p, m, tf, tb, tw)
+    assert timeline.end <= one.end - (p - 1) * 2 * tw + 1e-9  # at least 2 W's per stage gained
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (4, 16), (8, 16), (2, 8)])
+def test_zb_h2_fills_every_stage_with_equal_times(star_fabric, p, m):
+    # T_F = T_B = T_W = 1: no stage idles between its first F and its last W (the
+    # parallelogram of the paper's Fig. 3), so the step is 3m + (p - 1), the start-up skew.
+    timeline = _split_pipeline(star_fabric, "zb-h2", p, m, 1.0, 1.0, 1.0)
+    assert all(_stage_idle(timeline, r) == pytest.approx(0.0, abs=1e-9) for r in range(p))
+    assert timeline.end == pytest.approx(3 * m + p - 1)
+
+
+def test_zb_h2_holds_2p_minus_1_microbatches_and_needs_one_chunk():
+    # Qi et al. 2024 Table 1: peak activation memory (2p - 1)·M_B against 1F1B's p·M_B
+    # (p = 4: 7 against 4); with fewer microbatches than that, all m.
+    p = 4
+    assert max(peak_in_flight(s) for s in build_schedule("zb-h2", p, 8)) == 2 * p - 1 == 7
+    assert max(peak_in_flight(s) for s in build_schedule("1f1b", p, 8)) == p
+    assert max(peak_in_flight(s) for s in build_schedule("zb-h2", p, 3)) == 3
+    with pytest.raises(ValueError, match="need schedule: interleaved"):
+        build_schedule("zb-h2", p, 8, 2)
+
+
+def test_zb_h2_warms_up_with_2p_minus_1_minus_2i_forwards():
+    # Stage i's first gradient arrives 2p - 1 - i units in; it started at unit i, so it
+    # fits 2p - 1 - 2i forwards first: p = 4 -> 7, 5, 3, 1.
+    for i, stage in enumerate(build_schedule("zb-h2", 4, 8)):
+        first_b = next(k for k, s in enumerate(stage) if s.phase == "B")
+        assert first_b == 2 * 4 - 1 - 2 * i
+
+
+@pytest.mark.parametrize(("p", "m"), [(2, 2), (3, 6), (4, 4), (4, 12), (5, 3), (1, 4)])
+def test_zb_h2_runs_every_step_once_without_deadlock(star_fabric, p, m):
+    make_schedule("zb-h2", p, m)  # the Schedule checks every F, B, W once and in order
+    _split_pipeline(star_fabric, "zb-h2", p, m, 1.0, 2.0, 0.5)  # raises on a hang
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 8), m=st.integers(1, 24))
+def test_zb_h2_is_a_valid_schedule_within_its_memory_for_any_degrees(p, m):
+    # Schedule() checks every F, B, W once per microbatch and in order; the list
+    # scheduling never holds more than min(2p - 1, m) microbatches on a stage, and its
+    # warm-up (before the first B) is 2p - 1 - 2i forwards, capped by m.
+    sched = make_schedule("zb-h2", p, m)
+    for i, stage in enumerate(sched.stages):
+        assert peak_in_flight(stage) <= min(2 * p - 1, m)
+        first_b = next(k for k, s in enumerate(stage) if s.phase == "B")
+        assert first_b == min(2 * p - 1 - 2 * i, m)
