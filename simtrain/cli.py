@@ -71,7 +71,7 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="print nothing 
 
 
 def _simulate(path: Path, overrides: list[str], report: Path | None = None,
-              with_report: bool = False) -> SimulationResult:
+              with_report: bool = False, assets: str = "inline") -> SimulationResult:
     """Load and simulate; bad input exits 2, a deadlocked step exits 1 (after writing the
     step up to the hang to ``report`` or reports/NAME.html when ``with_report``)."""
     from simtrain.scenario import load_scenario
@@ -85,7 +85,8 @@ def _simulate(path: Path, overrides: list[str], report: Path | None = None,
         message = str(exc)
         if with_report and exc.result is not None:
             name = exc.result.scenario.name
-            html = _report_html(exc.result, f"simtrain · {name} · deadlocked", _yaml_text(path))
+            html = _report_html(exc.result, f"simtrain · {name} · deadlocked", _yaml_text(path),
+                                assets=assets)
             written = write_report_file(report or Path("reports") / f"{name}.html", html)
             message += f" (report of the step up to the hang: {written})"
         raise _fail(message, 1) from None
@@ -99,7 +100,7 @@ def write_report_file(path: Path, html: str) -> Path:
 
 
 def _report_html(result: SimulationResult, title: str, yaml_text: str | None,
-                 overrides: list[str] | None = None) -> str:
+                 overrides: list[str] | None = None, assets: str = "inline") -> str:
     from simtrain.report.html import render_report
     from simtrain.report.topology import topology_figure, topology_table_html
 
@@ -112,6 +113,7 @@ def _report_html(result: SimulationResult, title: str, yaml_text: str | None,
         topology_table=topology_table_html(cluster),
         hbm_bytes=cluster.gpu_spec.hbm_bytes,
         subtitle=_subtitle(result, overrides or []),
+        assets=assets,
     )
 
 
@@ -157,6 +159,9 @@ def run(
         Path | None, typer.Option(help="HTML report path [default: reports/NAME.html]")
     ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="do not write a report")] = False,
+    report_assets: Annotated[str, typer.Option(
+        help="inline: plotly.js inside the report (opens anywhere, offline); external: "
+             "plotly.js written once as a file beside the report")] = "inline",
     trace: Annotated[
         Path | None,
         typer.Option(help="write a Chrome/Perfetto trace (.json or .json.gz)"),
@@ -165,17 +170,22 @@ def run(
     quiet: QuietOption = False,
 ) -> None:
     """Simulate one training step of SCENARIO: summary table and an HTML Gantt report."""
-    from simtrain.report.html import write_report
+    from simtrain.report.html import check_assets, write_report
 
+    try:
+        check_assets(report_assets)
+    except ValueError as exc:
+        raise _fail(f"--report-assets: {exc}", 2) from None
     with _status("simulating", quiet or as_json):
-        result = _simulate(scenario, set_ or [], report, with_report=not no_report)
+        result = _simulate(scenario, set_ or [], report, with_report=not no_report,
+                           assets=report_assets)
     loaded = result.scenario
     summary = result.summary
     if not no_report:
         path = report or Path("reports") / f"{loaded.name}.html"
         with _status("writing the report", quiet or as_json):
             html = _report_html(result, f"simtrain · {loaded.name}", _yaml_text(scenario),
-                                set_ or [])
+                                set_ or [], assets=report_assets)
             summary["report"] = str(write_report(path, html))
     if trace is not None:
         from simtrain.report.trace import chrome_trace, write_trace

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from simtrain.engine.timeline import Span, SpanKind, Timeline, merge_intervals
+from simtrain.engine.timeline import Span, SpanKind, merge_intervals
+from simtrain.report.columns import SpanColumns
 from simtrain.report.schema import IDLE_LABEL
 from simtrain.units import fmt_bytes, fmt_seconds
 
@@ -125,7 +126,7 @@ def group_fields(group: list[Span]) -> tuple[str, ...]:
     )
 
 
-def idle_bars(timeline: Timeline, rows: Sequence[tuple[int, str]],
+def idle_bars(columns: SpanColumns, rows: Sequence[tuple[int, str]],
                row_label: dict[tuple[int, str], str], level_of: dict[tuple[int, str], int],
                step: float) -> dict[int, KindBars]:
     """Gaps in [0, step] when a drawn rank runs nothing on any stream, on its compute row."""
@@ -133,10 +134,7 @@ def idle_bars(timeline: Timeline, rows: Sequence[tuple[int, str]],
     for row in rows:
         if row[1].startswith("compute"):
             compute_row.setdefault(row[0], row)
-    busy: dict[int, list[tuple[float, float]]] = {}
-    for s in timeline.spans:
-        if s.rank in compute_row:
-            busy.setdefault(s.rank, []).append((s.start, s.end))
+    busy = columns.busy_by_rank(list(compute_row))
     out: dict[int, KindBars] = {}
     for rank, row in compute_row.items():
         t = 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import plotly.graph_objects as go
 
 from simtrain.engine.timeline import (
@@ -43,6 +44,7 @@ from simtrain.report.bars import (
     label_trace,
     microbatch_bars,
 )
+from simtrain.report.columns import SpanColumns
 from simtrain.report.rows import (
     GPUS_PER_NODE,
     ServerOf,
@@ -135,30 +137,39 @@ def gantt_figure(
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+    cols = SpanColumns.from_timeline(timeline)
+    codes = np.unique(cols.row_code())
+    n_streams = max(len(cols.streams), 1)
+    present = [(r, cols.streams[st]) for r, st in zip((codes // n_streams).tolist(),
+                                                       (codes % n_streams).tolist(), strict=True)]
     rows, shown, available = select_rows(timeline, ranks, server_of, max_rows,
-                                          representatives or ())
-    labels = rank_labels(all_ranks(timeline), server_of)
+                                          representatives or (), rows_present=present)
+    every_rank = set(range(timeline.num_ranks)) | set(np.unique(cols.rank).tolist())
+    labels = rank_labels(sorted(every_rank), server_of)
     row_label = {(r, st): f"{labels[r]} · {st}" for r, st in rows}
     shown_ranks = {r for r, _ in rows}
     reps = set(representatives or ()) & shown_ranks
     two_levels = bool(reps) and reps != shown_ranks
     level_of = {row: (0 if not two_levels or row[0] in reps else 1) for row in rows}
 
-    per_row: dict[tuple[int, str], list[Span]] = {}
-    for s in timeline.spans:
-        key = (s.rank, s.stream)
-        if key in row_label:
-            per_row.setdefault(key, []).append(s)
-    drawn = sum(len(v) for v in per_row.values())
+    step = cols.step_end or 1.0
+    in_time_order = cols.rows_spans(rows, by_time=True)
+    drawn = sum(len(ix) for ix in in_time_order)
     aggregate = drawn > aggregate_above
-    resolution = (timeline.end or 1.0) / AGGREGATE_BINS
+    # Rows in order of their first span (as a pass over the timeline meets them); each
+    # row's spans in timeline order, or by time where they will be aggregated.
+    row_spans = in_time_order if aggregate else cols.rows_spans(rows)
+    filled = sorted((int(ix.min()), i) for i, ix in enumerate(row_spans) if len(ix))
+    all_spans = cols.spans
+    per_row: dict[tuple[int, str], list[Span]] = {
+        rows[i]: [all_spans[j] for j in row_spans[i].tolist()] for _, i in filled}
+    resolution = step / AGGREGATE_BINS
 
     bars: dict[tuple[int, str], KindBars] = {}
     for row in rows:
         spans = per_row.get(row, [])
         level = level_of[row]
         if aggregate:
-            spans = sorted(spans, key=lambda s: (s.start, s.end))
             for group in aggregate_runs(spans, resolution):
                 kb = bars.setdefault((level, group[0].kind), KindBars())
                 kb.add(row_label[row], group[0].start, group[-1].end, group_fields(group))
@@ -169,9 +180,8 @@ def gantt_figure(
 
     fig = go.Figure()
     visible_flags: list[bool] = []
-    pipelined = any(s.kind == SpanKind.PP_COMM for s in timeline.spans)
-    step = timeline.end or 1.0
-    for level, kb in sorted(idle_bars(timeline, rows, row_label, level_of, step).items()):
+    pipelined = cols.has_kind(SpanKind.PP_COMM)
+    for level, kb in sorted(idle_bars(cols, rows, row_label, level_of, step).items()):
         fig.add_trace(idle_trace(kb, BUBBLE_NAME if pipelined else IDLE_NAME,
                                   showlegend=level == 0, visible=level == 0))
         visible_flags.append(level == 0)
@@ -183,7 +193,7 @@ def gantt_figure(
             visible_flags.append(level == 0)
     # Critical runs on a row merge across short gaps, so the outline reads as one box
     # around a burst of thin bars instead of painting each of them black.
-    crit = highlight_bars(highlight, row_label, level_of, (timeline.end or 1.0) / 150)
+    crit = highlight_bars(highlight, row_label, level_of, step / 150)
     for level, kb in sorted(crit.items()):
         trace = bar_trace(CRITICAL_PATH_NAME, kb, CRITICAL_PATH_COLOR, legendgroup="critical",
                            showlegend=level == 0, visible=level == 0)

@@ -88,16 +88,21 @@ def select_rows(
     server_of: ServerOf | None,
     max_rows: int,
     keep_ranks: Iterable[int] = (),
+    rows_present: Iterable[tuple[int, str]] | None = None,
 ) -> tuple[list[tuple[int, str]], int, int]:
     """Rows to draw in display order, plus (ranks shown, ranks available).
 
     ``keep_ranks`` (e.g. the representatives) are always among the shown ranks.
+    ``rows_present``: the timeline's distinct (rank, stream) pairs when the caller has
+    them (saves a pass over the spans).
     """
     streams: dict[int, set[str]] = {}
     wanted = set(ranks) if ranks is not None else None
-    for s in timeline.spans:
-        if wanted is None or s.rank in wanted:
-            streams.setdefault(s.rank, set()).add(s.stream)
+    present = (rows_present if rows_present is not None
+               else ((s.rank, s.stream) for s in timeline.spans))
+    for rank, stream in present:
+        if wanted is None or rank in wanted:
+            streams.setdefault(rank, set()).add(stream)
     ordered = order_ranks(streams, server_of)
     total_rows = sum(len(v) for v in streams.values())
     if total_rows > max_rows and ordered:

@@ -77,8 +77,13 @@ def _shown_nodes(cluster: Any, max_servers: int) -> tuple[list[str], int]:
         nodes.extend(extra)
         chosen.update(extra)
     # Switches without a server attribute (custom graphs): keep those touching shown nodes.
+    # Nodes of servers not shown and the leaf/spine levels (chosen above) stay out: through
+    # a spine every leaf and through a leaf every NIC is a neighbour, which at 16k GPUs drew
+    # 512 leaves and 512 NICs for four servers.
+    nodes_data = graph.nodes
     others = sorted({m for n in list(chosen) for m in graph.successors(n)
-                     if m not in chosen})
+                     if m not in chosen and "server" not in nodes_data[m]
+                     and nodes_data[m].get("kind") not in ("leaf", "spine")})
     nodes.extend(others)
     return nodes, len(keep)
 
@@ -97,8 +102,12 @@ def topology_figure(cluster: Any, *, max_servers: int = 4, title: str = "") -> g
     fig = go.Figure()
     edges: dict[str, list[tuple[str, str, Any]]] = {}
     seen: set[tuple[str, str]] = set()
-    for u, v, d in graph.edges(data=True):
-        if u in pos and v in pos and (v, u) not in seen:
+    # Only the shown nodes' own edges (the whole graph has ~16 edges per GPU), in the
+    # graph's edge order: node insertion order, then each node's adjacency order.
+    shown_edges = ((u, v, d) for u in graph.nodes if u in pos
+                   for v, d in graph.adj[u].items())
+    for u, v, d in shown_edges:
+        if v in pos and (v, u) not in seen:
             seen.add((u, v))
             edges.setdefault(str(d.get("kind", "?")), []).append((u, v, d))
     for kind in sorted(edges):
