@@ -45,13 +45,19 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.2, 0.9),  # no sustained GEMM reaches more than ~90% of peak
     "attention_efficiency": (0.1, 1.0),
     "memory_efficiency": (0.2, 1.0),
-    "comm_interference": (0.0, 0.6),
-    "step_overhead": (0.0, 2.0),  # seconds of host time per step
+    "comm_interference": (0.0, 0.6),  # a fitted fixed slowdown replaces the SM/HBM model
     "launch_overhead": (0.5e-6, 50e-6),  # seconds per kernel
+    # Physical ranges documented in simtrain.workload.compute / host / interference / fp8:
+    "host_kernel_issue": (1e-6, 30e-6),  # host seconds to issue one kernel
+    "host_microbatch": (20e-6, 2e-3),  # host seconds of framework work per microbatch
+    "tile_fill_latency": (0.2e-6, 1.5e-6),  # GEMM tile pipeline fill
+    "sms_per_channel": (1.0, 2.0),  # SMs one NCCL channel holds
+    "fp8_gemm_efficiency": (0.5, 0.85),
 }
 # The optimizer works in these units (finite-difference steps are relative to max(1, |x|)),
 # so a microsecond-sized parameter moves in microseconds.
-UNIT: dict[str, float] = {"launch_overhead": 1e-6}
+UNIT: dict[str, float] = {"launch_overhead": 1e-6, "host_kernel_issue": 1e-6,
+                          "host_microbatch": 1e-6, "tile_fill_latency": 1e-6}
 DEFAULT_PARAMS = ("gemm_efficiency", "memory_efficiency")
 
 
@@ -136,15 +142,20 @@ def simulated_steps(obs: Sequence[Observation], params: Mapping[str, float],
 def current_params(arch: str, names: Sequence[str]) -> dict[str, float]:
     """Today's default value of each parameter for ``arch``."""
     from simtrain.workload.compute import ComputeConfig
+    from simtrain.workload.fp8 import FP8_GEMM_EFFICIENCY
 
     cfg = ComputeConfig()
     getters: dict[str, Callable[[], float]] = {
         "gemm_efficiency": lambda: cfg.max_gemm_efficiency(arch),
         "attention_efficiency": lambda: cfg.max_attention_efficiency(arch),
         "memory_efficiency": lambda: cfg.hbm_efficiency(arch),
-        "comm_interference": lambda: cfg.comm_interference,
-        "step_overhead": lambda: cfg.host_overhead(arch),
+        "comm_interference": lambda: cfg.comm_interference or 0.0,
         "launch_overhead": lambda: cfg.launch_overhead,
+        "host_kernel_issue": lambda: cfg.host_kernel_issue,
+        "host_microbatch": lambda: cfg.host_microbatch,
+        "tile_fill_latency": lambda: cfg.tile_fill_latency,
+        "sms_per_channel": lambda: cfg.sms_per_channel,
+        "fp8_gemm_efficiency": lambda: cfg.fp8_gemm_efficiency or FP8_GEMM_EFFICIENCY[arch],
     }
     return {n: float(getters[n]()) for n in names}
 

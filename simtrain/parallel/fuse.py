@@ -40,6 +40,7 @@ class Spec:
     # Forward parameters the kernel reads (ZeRO param all-gather waits; not grad-ready).
     reads: tuple[str, ...] = ()
     gemm: bool = False  # a GEMM kernel (TP comm overlap pipelines GEMM runs)
+    kernels: int = 1  # kernels the template stands for (fused: their sum; host issue cost)
     # "tp_overlap": the GEMM run (compute templates) pipelined with this collective.
     parts: tuple[Spec, ...] = ()
 
@@ -60,7 +61,7 @@ def fuse(specs: list[Spec], granularity: str, phase_kind: str) -> list[Spec]:
                 out.append(s)
         return out
     # "stage": one compute task, then the collectives aggregated per (group, op).
-    compute = Spec("compute", "", phase_kind)
+    compute = Spec("compute", "", phase_kind, kernels=0)
     pre: dict[tuple[str, str, str], Spec] = {}
     post: dict[tuple[str, str, str], Spec] = {}
     for s in specs:
@@ -74,7 +75,7 @@ def fuse(specs: list[Spec], granularity: str, phase_kind: str) -> list[Spec]:
                                                              group=s.group))
         elif s.what == "ring":
             compute = _merge(compute, Spec("compute", "", s.kind, base=s.base * s.steps,
-                                           flops=s.flops * s.steps), "")
+                                           flops=s.flops * s.steps, kernels=s.steps), "")
             key = ("comm", "cp", "all_gather")
             _accumulate(post, key, Spec("comm", "cp ring", "cp_comm",
                                         nbytes=s.nbytes * s.steps, op="all_gather",
@@ -96,7 +97,7 @@ def _merge(a: Spec, b: Spec, name: str) -> Spec:
                 expert=a.expert + b.expert, flops=a.flops + b.flops,
                 expert_flops=a.expert_flops + b.expert_flops, layer=a.layer,
                 params=a.params + b.params, reads=a.reads + b.reads,
-                gemm=a.gemm and b.gemm)
+                gemm=a.gemm and b.gemm, kernels=a.kernels + b.kernels)
 
 
 def _accumulate(target: dict[tuple[str, str, str], Spec], key: tuple[str, str, str],

@@ -64,6 +64,7 @@ from simtrain.parallel.plan import PARAM_GATHER_NEEDS_ZERO, TP_OVERLAP_NEEDS_SP,
 from simtrain.parallel.schedule import Step as PipeStep
 from simtrain.parallel.shard import Comm, Compute, Unit, expert_load
 from simtrain.workload.model import Op, backward_ops
+from simtrain.workload.optimizer import OptimizerStep
 
 FSDP_AG_STREAM = "dp ag"
 # Kernels of core attention (fused, or the standard kernels' pieces): what selective
@@ -101,8 +102,9 @@ class LowerOptions:
     tp_comm_overlap: bool = False
     # Megatron --overlap-param-gather: ZeRO-1/2 parameter all-gathers during the forward.
     overlap_param_gather: bool = False
-    # Host time per step the GPU waits for (compute.step_overhead), after the optimizer.
-    step_overhead: float = 0.0
+    # The optimizer step's kernels on one rank (simtrain.workload.optimizer.optimizer_step
+    # bound to the GPU): (local parameter numels, ZeRO shards) -> its time and launches.
+    optimizer_step: Callable[[list[int], int], OptimizerStep] | None = None
 
     def __post_init__(self) -> None:
         if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:
@@ -370,7 +372,9 @@ class Lowering:
                         deps = deps + self._param_waits(r, spec.reads)
                     tid = g.compute(r, spec.name, spec.base + spec.expert * load,
                                     kind=spec.kind, deps=deps,
-                                    flops=spec.flops + spec.expert_flops * load, meta=meta)
+                                    flops=spec.flops + spec.expert_flops * load,
+                                    meta=meta if spec.kernels == 1 else
+                                    {**meta, "kernels": spec.kernels})
                     st.frontier[r] = [tid]
                     if last_mb and spec.params and step.phase == "B":
                         for p in spec.params:
@@ -561,19 +565,22 @@ class Lowering:
         """Optimizer step on each rank of ``stage`` (after its reductions), then the ZeRO-1/2
         all-gather of the updated parameters."""
         d, o, g = self.dims, self.o, self.graph
-        numel = sum(p.numel for chunk in self.units[stage] for u in chunk for p in u.params)
+        numels = [p.numel for chunk in self.units[stage] for u in chunk for p in u.params]
+        numel = sum(numels)
         shard = d.dp * d.cp if d.zero >= 1 else 1
-        op = Op("optimizer.step", "elementwise", 0.0,
-                numel * o.optimizer_bytes_per_param / shard, None, (), 0.0)
+        if o.optimizer_step is not None:
+            step = o.optimizer_step(numels, shard)
+            seconds, nbytes, meta = step.seconds, step.nbytes, {"kernels": step.launches}
+        else:
+            op = Op("optimizer.step", "elementwise", 0.0,
+                    numel * o.optimizer_bytes_per_param / shard, None, (), 0.0)
+            seconds, nbytes, meta = self.duration(op), op.bytes, {}
         for r in self.stage_ranks[stage]:
             # The DP stream is FIFO: waiting for its last reduction waits for all of them.
             deps = self._dep(r) + self.state.reductions.get(r, [])[-1:]
-            self.state.frontier[r] = [g.compute(r, op.name, self.duration(op),
-                                                kind="optimizer", flops=op.flops,
-                                                nbytes=op.bytes, deps=deps)]
-            if o.step_overhead > 0:
-                self.state.frontier[r] = [g.compute(r, "host overhead", o.step_overhead,
-                                                    kind="host", deps=self._dep(r))]
+            self.state.frontier[r] = [g.compute(r, "optimizer.step", seconds,
+                                                kind="optimizer", nbytes=nbytes, deps=deps,
+                                                meta=meta)]
         if d.zero in (1, 2) and shard > 1 and not o.overlap_param_gather:
             for grp in self.groups(stage, "grad"):
                 deps = sorted({t for r in grp for t in self._dep(r)})
