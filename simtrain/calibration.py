@@ -74,10 +74,24 @@ PARAMS: dict[str, Param] = {
         0.0, 0.5, "compute slowdown while a collective runs (SMs and HBM taken by NCCL)",
         "NCCL uses 1-32 channels of one SM each out of 108-148 SMs; measured overlap "
         "slowdowns of 5-30% (Rashidi et al. 2021, Jangda et al. 2022)"),
-    "step_overhead": Param(
-        0.0, 1.0, "host time per step the GPUs wait for",
-        "data loading, logging, grad-norm and Python per step; 0-1 s in published traces",
-        "s"),
+    # Host and kernel-shape causes (simtrain.workload.host, compute, interference, fp8):
+    "host_kernel_issue": Param(
+        1e-6, 30e-6, "host seconds to issue one kernel (Python, dispatcher, autograd, launch)",
+        "cudaLaunchKernel 2-4 us (A. Gray, NVIDIA blog 2019); eager PyTorch op 5-20 us of CPU "
+        "(H. He, 'Making Deep Learning Go Brrrr', 2022)", "s"),
+    "host_microbatch": Param(
+        20e-6, 2e-3, "host seconds of framework work per microbatch and pipeline step",
+        "forward/backward entry, data iterator, loss, no_sync: a few hundred us of Python "
+        "(order of magnitude; no measurement in the reference data)", "s"),
+    "tile_fill_latency": Param(
+        0.2e-6, 1.5e-6, "GEMM tile pipeline fill and output store (small-K efficiency)",
+        "a CUTLASS/cuBLAS mainloop prologue of a few hundred ns to ~1 us per tile", "s"),
+    "sms_per_channel": Param(
+        1.0, 2.0, "SMs one NCCL channel holds while a collective runs beside compute",
+        "NCCL runs one CTA per channel (NCCL docs, NCCL_MIN/MAX_NCHANNELS)"),
+    "fp8_gemm_efficiency": Param(
+        0.5, 0.85, "peak fraction of a large FP8 GEMM (Transformer Engine, cuBLASLt)",
+        "FP8 GEMMs reach ~60-80% of the FP8 dense peak on H100 (NVIDIA TE benchmarks)"),
     "launch_overhead": Param(
         1e-6, 20e-6, "CPU cost of one kernel launch the GPU waits for",
         "3-4 us per launch without CUDA graphs, ~1 us with (A. Gray, NVIDIA blog 2019)", "s"),
@@ -118,7 +132,7 @@ def current_params(arch: str, names: Sequence[str]) -> dict[str, float]:
     """Today's default of each parameter for ``arch``: the ComputeConfig field's default,
     or (when that is None, "per architecture") compute.py's table named after the field
     in capitals (``GEMM_EFFICIENCY[arch]``)."""
-    from simtrain.workload import compute
+    from simtrain.workload import compute, fp8
     from simtrain.workload.compute import ComputeConfig
 
     cfg = ComputeConfig()
@@ -126,7 +140,7 @@ def current_params(arch: str, names: Sequence[str]) -> dict[str, float]:
     for name in names:
         value = getattr(cfg, name)
         if value is None:
-            table = getattr(compute, name.upper(), None)
+            table = getattr(compute, name.upper(), None) or getattr(fp8, name.upper(), None)
             if not isinstance(table, Mapping) or arch not in table:
                 raise ValueError(f"no default {name} for {arch!r} to start from; "
                                  f"--fix it or set a per-architecture default")

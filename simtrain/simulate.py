@@ -26,13 +26,17 @@ from simtrain.report.notes import run_notes
 from simtrain.scenario import Scenario, load_scenario, scenario_error
 from simtrain.training import DTYPE_BYTES, optimizer_bytes_per_param
 from simtrain.workload.compute import op_time
+from simtrain.workload.fp8 import FP8_WEIGHT_BYTES, check_fp8, fp8_op_time
+from simtrain.workload.host import host_summary, issue_times
+from simtrain.workload.interference import NCCL_CHANNELS, Interference
 from simtrain.workload.memory import (
     GIB,
     MemoryReport,
     layer_activation_bytes,
     model_state_bytes,
 )
-from simtrain.workload.model import model_flops_per_step, num_parameters
+from simtrain.workload.model import Op, model_flops_per_step, num_parameters
+from simtrain.workload.optimizer import OptimizerStep, optimizer_step
 from simtrain.workload.tables import measured_share
 
 
@@ -93,14 +97,30 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         capacity_factor=scenario.model.capacity_factor,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
     )
-    options = replace(options, step_overhead=scenario.compute.host_overhead(
-        cluster.gpu_spec.arch))
+    gpu, compute = cluster.gpu_spec, scenario.compute
+
+    def memory_time(nbytes: float) -> float:
+        return op_time(Op("optimizer", "elementwise", 0.0, nbytes, None, (), 0.0), gpu,
+                       compute)
+
+    def step(numels: list[int], shards: int) -> OptimizerStep:
+        return optimizer_step(numels, shards, bytes_per_param=options.optimizer_bytes_per_param,
+                              grad_bytes=options.grad_bytes_per_element,
+                              memory_time=memory_time,
+                              kernel_issue_s=compute.host_kernel_issue)
+
+    options = replace(options, optimizer_step=step)
     if fidelity(scenario, cluster) == "symmetric":
         options = replace(options, symmetric=True)
     graph = TaskGraph(num_ranks=cluster.num_gpus)
-    gpu, compute = cluster.gpu_spec, scenario.compute
-    Lowering(graph, plan.units, plan.schedule, options,
-             lambda op: op_time(op, gpu, compute, train.dtype)).run()
+    recipe, m = train.fp8_recipe, plan.micro_batches
+    if recipe is None:
+        def timer(op: Op) -> float:
+            return op_time(op, gpu, compute, train.dtype)
+    else:
+        def timer(op: Op) -> float:
+            return fp8_op_time(op, gpu, compute, recipe, m)
+    Lowering(graph, plan.units, plan.schedule, options, timer).run()
     return graph
 
 
@@ -131,6 +151,10 @@ def fidelity(scenario: Scenario, cluster: Cluster) -> str:
     return "symmetric" if (dims.dp > 1 or dims.tp > 1) and not differ else "explicit"
 
 
+# Weights that never get FP8 copies: norms, embeddings and the BF16 GEMMs (workload.fp8).
+_BF16_WEIGHTS = ("norm", "embedding", "lm_head", "router")
+
+
 def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryReport:
     """Per-GPU memory of the fullest stage (see ``simtrain.workload.memory`` conventions).
 
@@ -155,6 +179,11 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
         for k, v in model_state_bytes(expert, zero=dims.zero, dp=dims.dp // dims.ep * dims.cp,
                                       weight_bytes=dt, grad_bytes=grad_bytes).items():
             states[k] += v
+        if train.fp8_recipe is not None:  # FP8 copies of the GEMM weights (workload.fp8)
+            gemm_params = sum(p.numel for p in params if p.name.endswith(".weight")
+                              and not any(w in p.name for w in _BF16_WEIGHTS))
+            states["fp8_weights"] = FP8_WEIGHT_BYTES * gemm_params / (
+                dims.dp * dims.cp if dims.zero >= 3 else 1)
         layers_per_chunk = max(sum(1 for u in chunk if u.layer >= 0) for chunk in chunks)
         acts = peak_in_flight(plan.schedule[stage]) * layers_per_chunk * per_layer
         if par.recompute == "full":  # one layer recomputed at a time, fully materialised
@@ -218,6 +247,12 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     cluster = build_cluster(scenario.cluster)
+    recipe = scenario.training.fp8_recipe
+    if recipe is not None:
+        try:
+            check_fp8(cluster.gpu_spec.arch, cluster.gpu_spec.name, recipe)
+        except ValueError as err:
+            raise scenario_error(scenario, "training.dtype", str(err)) from None
     plan = build_plan(scenario, cluster)
     memory = memory_report(scenario, cluster, plan)
     if not memory.fits() and not scenario.sim.ignore_memory:
@@ -232,12 +267,14 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
         raise scenario_error(scenario, "sim.granularity", str(exc)) from None
     comm = scenario.comm.build(cluster, cluster.gpu_spec.arch)
     sim = scenario.sim
+    compute = scenario.compute
     try:
         timeline = execute(
             graph, cluster, comm=comm, hangs=sim.hangs,
             delays={r: s.delay for r, s in sim.stragglers.items()},
             slowdowns={r: s.slowdown for r, s in sim.stragglers.items()},
-            interference=scenario.compute.comm_interference, network=sim.network)
+            interference=interference_model(scenario, cluster), network=sim.network,
+            issue=issue_times(graph, compute.host_kernel_issue, compute.host_microbatch))
     except SimulationDeadlock as exc:  # the step up to the hang, for the report
         partial = stalled_timeline(exc, graph.num_ranks)
         exc.result = SimulationResult(scenario, cluster, graph, partial, {
@@ -252,6 +289,7 @@ def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
              timeline: Timeline, memory: MemoryReport) -> dict[str, Any]:
     """The run's summary dict: metrics of ``timeline`` and the inputs that shaped it."""
     sim = scenario.sim
+    recipe = scenario.training.fp8_recipe
     tokens = scenario.training.global_batch_size * scenario.seq_len
     dims = plan.dims
     metrics = summarize(
@@ -259,16 +297,23 @@ def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
         num_gpus=cluster.num_gpus,
         tokens_per_step=tokens,
         model_flops_per_step=model_flops_per_step(scenario.model, tokens, scenario.seq_len),
-        peak_flops_per_gpu=cluster.gpu_spec.flops(scenario.training.dtype),
+        # FP8 runs are reported against the BF16 peak, as Megatron Bridge and
+        # torchtitan do (shared/reference/measured_runs.yaml flop_conventions).
+        peak_flops_per_gpu=cluster.gpu_spec.flops(
+            "bf16" if recipe is not None else scenario.training.dtype),
     )
+    host = host_summary(host_seconds(timeline), timeline.end)
     summary: dict[str, Any] = {
         "scenario": scenario.name,
         "gpu": cluster.gpu_spec.name,
         **metrics,
-        # Plain-language notes on numbers that look like bugs (see simtrain.report.notes).
-        "notes": run_notes(timeline, metrics, recompute=scenario.parallelism.recompute,
-                           attention_kernel=scenario.model.attention_kernel),
+        # Plain-language notes on numbers that look like bugs (see simtrain.report.notes),
+        # and the launch-bound note of the host model.
+        "notes": [*run_notes(timeline, metrics, recompute=scenario.parallelism.recompute,
+                             attention_kernel=scenario.model.attention_kernel),
+                  *host.pop("notes", [])],
         **step_breakdown(timeline),
+        **host,
         "peak_memory_gib": memory.total / GIB,
         "memory_breakdown": memory.gib(),
         "parallelism": {"tp": dims.tp, "cp": dims.cp, "pp": dims.pp, "dp": dims.dp,
@@ -285,6 +330,33 @@ def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
             scenario.compute.tables, scenario.training.dtype,
             lambda op: op_time(op, cluster.gpu_spec, scenario.compute, scenario.training.dtype))
     return summary
+
+
+def interference_model(scenario: Scenario, cluster: Cluster) -> float | Interference:
+    """``compute.comm_interference`` if set (a fixed slowdown; 0 = off), else the model of
+    the SMs and HBM bandwidth collectives take (``simtrain.workload.interference``)."""
+    cfg, gpu = scenario.compute, cluster.gpu_spec
+    if cfg.comm_interference is not None:
+        return cfg.comm_interference
+    channels = cfg.comm_channels or NCCL_CHANNELS.get(gpu.arch)
+    if channels is None:
+        raise scenario_error(scenario, "compute.comm_channels",
+                             f"no default NCCL channel count for GPU architecture "
+                             f"{gpu.arch!r}; set compute.comm_channels (or "
+                             f"compute.comm_interference: 0)")
+    return Interference(
+        num_sms=gpu.num_sms, channels=channels, sms_per_channel=cfg.sms_per_channel,
+        hbm_bandwidth=gpu.hbm_bandwidth * cfg.hbm_efficiency(gpu.arch),
+        gemm_rate=gpu.flops("bf16" if scenario.training.dtype == "fp8"
+                            else scenario.training.dtype) * cfg.max_gemm_efficiency(gpu.arch))
+
+
+def host_seconds(timeline: Timeline) -> float:
+    """Mean seconds per rank the GPUs waited for the host to issue kernels."""
+    by_rank = timeline.by_rank()
+    waits = [sum(s.end - s.start for s in spans if s.kind == "host")
+             for spans in by_rank.values()]
+    return sum(waits) / max(len(waits), 1)
 
 
 def micro_batches(scenario: Scenario, cluster: Cluster) -> int:

@@ -35,6 +35,8 @@ BASE: dict[str, Any] = {
     "model": {"preset": "tiny-gpt", "max_seq_len": 1024},
     "training": {"global_batch_size": 32, "micro_batch_size": 2, "dtype": "bf16"},
     "sim": {"granularity": "layer"},
+    # The host is free: the fit is about GPU-side parameters (tiny-gpt is launch-bound).
+    "compute": {"host_kernel_issue": 0, "host_microbatch": 0},
 }
 # Rows that weigh GEMMs and memory-bound kernels differently (sequence length and TP).
 ROWS = [

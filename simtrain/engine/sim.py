@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import simpy
 
@@ -23,6 +23,17 @@ from simtrain.engine.network import Endpoint, Fabric, FlowNetwork, anchor, coupl
 from simtrain.engine.taskgraph import Task, TaskGraph
 from simtrain.engine.timeline import FlowRecord, Span, SpanKind, Timeline
 from simtrain.engine.waits import diagnose
+
+
+class InterferenceModel(Protocol):
+    """What the executor asks about compute/communication interference
+    (implemented by simtrain.workload.interference.Interference)."""
+
+    def load(self, op: str, nbytes: float, nranks: int, protocol: str, algorithm: str,
+             seconds: float) -> tuple[float, float]: ...  # (SM share, HBM share)
+
+    def rate(self, flops: float, duration: float, sm_share: float,
+             hbm_share: float) -> float: ...
 
 
 class SimulationDeadlock(RuntimeError):
@@ -71,17 +82,19 @@ class Executor:
         hangs: Mapping[int, float] | None = None,
         delays: Mapping[int, float] | None = None,
         slowdowns: Mapping[int, float] | None = None,
-        interference: float = 0.0,
+        interference: float | InterferenceModel = 0.0,
         network: str = "flow",
+        issue: Mapping[tuple[int, int], tuple[float, float]] | None = None,
     ):
         if network not in ("flow", "analytic"):
             raise ValueError(f"network must be 'flow' or 'analytic', got {network!r}")
-        if interference < 0:
+        if isinstance(interference, int | float) and interference < 0:
             raise ValueError(f"interference must be >= 0 (a fractional slowdown), got "
                              f"{interference}")
+        # An interference model (simtrain.workload.interference) checks its own inputs.
+        fixed = {0: interference} if isinstance(interference, int | float) else {}
         _check_times(hangs=hangs, delays=delays, slowdowns=slowdowns,
-                     collective_latency={0: collective_latency or 0.0},
-                     interference={0: interference})
+                     collective_latency={0: collective_latency or 0.0}, interference=fixed)
         if graph.num_ranks > fabric.num_gpus:
             raise ValueError(
                 f"the task graph uses {graph.num_ranks} ranks but the cluster has only "
@@ -93,11 +106,18 @@ class Executor:
         self.hangs = dict(hangs or {})
         self.delays = dict(delays or {})
         self.slowdowns = dict(slowdowns or {})
-        self.interference = interference
+        # A fixed fractional slowdown (0 = none), or a model of the SMs and HBM bandwidth
+        # each running collective takes (simtrain.workload.interference).
+        self.fixed = float(interference) if isinstance(interference, int | float) else 0.0
+        self.model = None if isinstance(interference, int | float) else interference
+        self.interferes = self.model is not None or self.fixed > 0
+        # (task id, rank) -> host times its first and last kernel are issued
+        # (simtrain.workload.host): a kernel cannot start before the host issued it.
+        self.issue = dict(issue or {})
         # "flow": collectives move flows that share links (contention). "analytic": each
         # collective takes its idle-network time, still waiting for all members.
         self.analytic = network == "analytic"
-        self._comm_active: dict[int, int] = {}
+        self._comm_active: dict[int, list[float]] = {}  # rank -> [count, SM, HBM share]
         self._comm_change: dict[int, simpy.Event] = {}
         self.env = simpy.Environment()
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
@@ -171,18 +191,26 @@ class Executor:
             if hang_at is not None and env.now >= hang_at:
                 self.stopped[(rank, stream)] = env.now
                 return  # a hung process issues nothing more, as with a dead NCCL rank
+            issued = self.issue.get((task.id, rank))
+            if issued is not None and issued[0] > env.now:
+                yield from self._wait_host(rank, stream, task, issued[0])
             if task.comm is None:
                 start = env.now
                 if task.duration > 0:
-                    if self.interference > 0:
+                    if self.interferes:
                         yield from self._compute_with_interference(
-                            rank, task.duration * slowdown)
+                            rank, task.duration * slowdown, task.flops)
                     else:
                         yield env.timeout(task.duration * slowdown)
                 self.timeline.add(
                     Span(rank, stream, task.kind, task.name, start, env.now, task.bytes,
                          task.flops, task.meta, task.id)
                 )
+                if issued is not None:
+                    # The last kernel can end no earlier than its issue plus its own share.
+                    tail = issued[1] + task.duration * slowdown / task.meta.get("kernels", 1)
+                    if tail > env.now:
+                        yield from self._wait_host(rank, stream, task, tail)
                 self.done[task.id].succeed()
             else:
                 arrived = self.arrivals.setdefault(task.id, {})
@@ -220,13 +248,31 @@ class Executor:
             out.append(weights)
         return out
 
-    def _compute_with_interference(self, rank: int, work: float) -> Generator[Any, Any, None]:
-        """Run ``work`` seconds of compute, slowed by 1 + interference while the rank's
-        collectives run (NCCL kernels take SMs and HBM bandwidth from the GEMMs)."""
+    def _wait_host(self, rank: int, stream: str, task: Task,
+                   until: float) -> Generator[Any, Any, None]:
+        """The GPU waits for the host to issue ``task``'s kernels: a "host" span."""
+        start = self.env.now
+        yield self.env.timeout(until - start)
+        self.timeline.add(Span(rank, stream, "host", f"host issue {task.name}", start,
+                               self.env.now, 0.0, 0.0, {}, task.id))
+
+    def _rate(self, rank: int, work: float, flops: float) -> float:
+        active = self._comm_active.get(rank)
+        if not active or active[0] <= 0:
+            return 1.0
+        if self.model is None:
+            return 1.0 / (1.0 + self.fixed)
+        return self.model.rate(flops, work, active[1], active[2])
+
+    def _compute_with_interference(self, rank: int, work: float,
+                                   flops: float) -> Generator[Any, Any, None]:
+        """Run ``work`` seconds of compute, slowed while the rank's collectives run (NCCL
+        kernels take SMs and HBM bandwidth from the GEMMs): a fixed 1 + interference, or
+        the interference model's rate under the SM and HBM shares the collectives hold."""
         env = self.env
         remaining = work
         while remaining > work * 1e-12:
-            rate = 1.0 / (1.0 + self.interference) if self._comm_active.get(rank) else 1.0
+            rate = self._rate(rank, work, flops)
             change = self._comm_change.setdefault(rank, env.event())
             began = env.now
             yield env.any_of([env.timeout(remaining / rate), change])
@@ -234,31 +280,45 @@ class Executor:
                 break  # what is left is below the clock's resolution at this time: done
             remaining -= (env.now - began) * rate
 
-    def _comm_state(self, ranks: tuple[int, ...], delta: int) -> None:
-        if self.interference <= 0:
+    def _comm_state(self, ranks: tuple[int, ...], delta: int,
+                    load: tuple[float, float] = (0.0, 0.0)) -> None:
+        if not self.interferes:
             return
         for rank in ranks:
-            self._comm_active[rank] = self._comm_active.get(rank, 0) + delta
+            active = self._comm_active.setdefault(rank, [0.0, 0.0, 0.0])
+            active[0] += delta
+            active[1] += delta * load[0]
+            active[2] += delta * load[1]
             change = self._comm_change.pop(rank, None)
             if change is not None:
                 change.succeed()
+
+    def _load(self, call: Call, algorithm: str, protocol: str,
+              seconds: float) -> tuple[float, float]:
+        if self.model is None:
+            return (0.0, 0.0)
+        return self.model.load(call.op, call.nbytes, len(call.ranks), protocol, algorithm,
+                               seconds)
 
     def _communicate(self, task: Task, arrived: dict[int, float]) -> Generator[Any, Any, None]:
         env = self.env
         assert task.comm is not None
         start = env.now
-        self._comm_state(task.ranks, +1)
         spec = task.comm
         call = Call(spec.op, task.ranks, spec.nbytes, spec.splits)
         if self.analytic:
             algorithm, protocol, seconds = self.comm.choose(call, spec.algorithm)
+            load = self._load(call, algorithm, protocol, seconds)
+            self._comm_state(task.ranks, +1, load)
             yield env.timeout(seconds)
         else:
             plan = self.comm.plan(call, spec.algorithm)
             algorithm, protocol = plan.algorithm, plan.protocol
+            load = self._load(call, algorithm, protocol, plan.predicted_s)
+            self._comm_state(task.ranks, +1, load)
             yield from self._flows(task, plan)
         end = env.now
-        self._comm_state(task.ranks, -1)
+        self._comm_state(task.ranks, -1, load)
         meta = {**task.meta, "op": spec.op, "algorithm": algorithm,
                 "protocol": protocol, "group_size": len(task.ranks)}
         for rank in task.ranks:
@@ -327,8 +387,9 @@ def execute(
     hangs: Mapping[int, float] | None = None,
     delays: Mapping[int, float] | None = None,
     slowdowns: Mapping[int, float] | None = None,
-    interference: float = 0.0,
+    interference: float | InterferenceModel = 0.0,
     network: str = "flow",
+    issue: Mapping[tuple[int, int], tuple[float, float]] | None = None,
 ) -> Timeline:
     """Run ``graph`` on ``fabric``.
 
@@ -337,10 +398,12 @@ def execute(
     launch latency. Faults: ``hangs`` maps a rank to the time it stops issuing work (a hung
     process, which blocks its groups); ``delays`` makes a rank start late by that many
     seconds; ``slowdowns`` multiplies a rank's compute durations. ``interference`` slows a
-    rank's compute by that fraction while one of its collectives runs (0 = none).
+    rank's compute by that fraction while one of its collectives runs (0 = none), or is a
+    model of the SMs and HBM bandwidth each running collective takes. ``issue`` gives the
+    host times a task's first and last kernels are issued (launch-bound steps).
     ``network="analytic"`` gives each collective its idle-network time (no contention, no
     flows): much faster on huge clusters, exact where links are not shared.
     """
     return Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
                     hangs=hangs, delays=delays, slowdowns=slowdowns,
-                    interference=interference, network=network).run()
+                    interference=interference, network=network, issue=issue).run()

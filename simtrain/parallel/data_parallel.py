@@ -138,21 +138,26 @@ def gather_params(em: Emitter, stage: int, chunks: Sequence[Sequence[Unit]],
 
 def optimizer(em: Emitter, stage: int, chunks: Sequence[Sequence[Unit]],
               o: LowerOptions) -> None:
-    """Optimizer step on each rank of ``stage`` (after its reductions), the host's step
-    overhead, then the ZeRO-1/2 all-gather of the updated parameters."""
+    """Optimizer step on each rank of ``stage`` (after its reductions) as its real kernels
+    (``LowerOptions.optimizer_step``: multi-tensor-apply over the local shard), then the
+    ZeRO-1/2 all-gather of the updated parameters."""
     d, g, st = em.dims, em.graph, em.state
-    numel = sum(p.numel for chunk in chunks for u in chunk for p in u.params)
+    numels = [p.numel for chunk in chunks for u in chunk for p in u.params]
+    numel = sum(numels)
     shard = d.dp * d.cp if d.zero >= 1 else 1
-    op = Op("optimizer.step", "elementwise", 0.0,
-            numel * o.optimizer_bytes_per_param / shard, None, (), 0.0)
+    meta: dict[str, int] = {}
+    if o.optimizer_step is not None:
+        step = o.optimizer_step(numels, shard)
+        seconds, nbytes, meta = step.seconds, step.nbytes, {"kernels": step.launches}
+    else:  # one HBM-bound pass over the optimizer state (hand-built lowerings in tests)
+        op = Op("optimizer.step", "elementwise", 0.0,
+                numel * o.optimizer_bytes_per_param / shard, None, (), 0.0)
+        seconds, nbytes = em.duration(op), op.bytes
     for r in em.stage_ranks[stage]:
         # The DP stream is FIFO: waiting for its last reduction waits for all of them.
         deps = em.dep(r) + st.reductions.get(r, [])[-1:]
-        st.frontier[r] = [g.compute(r, op.name, em.duration(op), kind="optimizer",
-                                    flops=op.flops, nbytes=op.bytes, deps=deps)]
-        if o.step_overhead > 0:
-            st.frontier[r] = [g.compute(r, "host overhead", o.step_overhead, kind="host",
-                                        deps=em.dep(r))]
+        st.frontier[r] = [g.compute(r, "optimizer.step", seconds, kind="optimizer",
+                                    nbytes=nbytes, deps=deps, meta=meta)]
     if d.zero in (1, 2) and shard > 1 and not o.overlap_param_gather:
         for grp in em.groups(stage, GRAD_GROUP):
             em.coll("all_gather", grp, numel * o.dtype_bytes, "zero param all-gather",

@@ -143,7 +143,8 @@ class Emitter:
             if gather:
                 deps = deps + self.param_waits(r, k.reads)
             tid = add(r, k.name, k.base + k.expert * load, kind=k.kind, deps=deps,
-                      flops=k.flops + k.expert_flops * load, meta=meta)
+                      flops=k.flops + k.expert_flops * load,
+                      meta=meta if k.kernels == 1 else {**meta, "kernels": k.kernels})
             frontier[r] = [tid]
             if grads and k.params:
                 for p in k.params:

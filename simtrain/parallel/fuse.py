@@ -59,13 +59,15 @@ def fuse(templates: list[Template], granularity: str, phase_kind: str) -> list[T
     # One compute task, then the collectives aggregated per (group, op); sums run in
     # template order.
     base = expert = flops = expert_flops = 0.0
+    kernels = 0
     params: list[str] = []
     reads: list[str] = []
     pre: dict[tuple[str, ...], list[Any]] = {}  # key -> [first template, bytes]
     post: dict[tuple[str, ...], list[Any]] = {}
 
     def add(k: Kernel) -> None:
-        nonlocal base, expert, flops, expert_flops
+        nonlocal base, expert, flops, expert_flops, kernels
+        kernels += k.kernels
         base += k.base
         expert += k.expert
         flops += k.flops
@@ -82,7 +84,8 @@ def fuse(templates: list[Template], granularity: str, phase_kind: str) -> list[T
                     add(part)
                 _accumulate(post, ("comm", comm.group, comm.op), comm, comm.nbytes)
             case RingAttention():
-                add(Kernel("", t.kind, base=t.base * t.steps, flops=t.flops * t.steps))
+                add(Kernel("", t.kind, base=t.base * t.steps, flops=t.flops * t.steps,
+                           kernels=t.steps))
                 ring = Collective("", "cp_comm", "all_gather", "cp", 0.0)
                 _accumulate(post, ("comm", "cp", "all_gather"), ring, t.nbytes * t.steps)
             case Collective():
@@ -97,7 +100,7 @@ def fuse(templates: list[Template], granularity: str, phase_kind: str) -> list[T
     last = templates[-1].name if templates else ""
     compute = Kernel(f"{phase_kind} {first}..{last}", phase_kind, base=base, expert=expert,
                      flops=flops, expert_flops=expert_flops, params=tuple(params),
-                     reads=tuple(reads))
+                     reads=tuple(reads), kernels=kernels)
     return [*(_aggregate(*v) for v in pre.values()), compute,
             *(_aggregate(*v) for v in post.values())]
 
@@ -110,7 +113,7 @@ def _fused(run: list[Kernel]) -> Kernel:
         return first
     name = first.name
     base, expert, flops, expert_flops = first.base, first.expert, first.flops, first.expert_flops
-    params, reads, gemm = first.params, first.reads, first.gemm
+    params, reads, gemm, kernels = first.params, first.reads, first.gemm, first.kernels
     for k in run[1:]:
         if first.layer >= 0:
             name = name.rsplit(".", 1)[0]
@@ -121,8 +124,9 @@ def _fused(run: list[Kernel]) -> Kernel:
         params += k.params
         reads += k.reads
         gemm = gemm and k.gemm
+        kernels += k.kernels
     return Kernel(name, first.kind, base, expert, flops, expert_flops, first.layer, params,
-                  reads, gemm)
+                  reads, gemm, kernels)
 
 
 def _accumulate(target: dict[tuple[str, ...], list[Any]], key: tuple[str, ...],

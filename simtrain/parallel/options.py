@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simtrain.parallel.plan import PARAM_GATHER_NEEDS_ZERO, TP_OVERLAP_NEEDS_SP, ParallelDims
+from simtrain.workload.optimizer import OptimizerStep
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,9 @@ class LowerOptions:
     tp_comm_overlap: bool = False
     # Megatron --overlap-param-gather: ZeRO-1/2 parameter all-gathers during the forward.
     overlap_param_gather: bool = False
-    # Host time per step the GPU waits for (compute.step_overhead), after the optimizer.
-    step_overhead: float = 0.0
+    # The optimizer step's kernels on one rank (simtrain.workload.optimizer.optimizer_step
+    # bound to the GPU): (local parameter numels, ZeRO shards) -> its time and launches.
+    optimizer_step: Callable[[list[int], int], OptimizerStep] | None = None
 
     def __post_init__(self) -> None:
         if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:

@@ -38,6 +38,7 @@ class Kernel:
     params: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     gemm: bool = False  # a GEMM kernel (TP comm overlap pipelines GEMM runs)
+    kernels: int = 1  # kernels the template stands for (fused: their sum; host issue cost)
 
 
 @dataclass(frozen=True, slots=True)

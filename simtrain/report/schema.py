@@ -81,6 +81,9 @@ METRICS: tuple[Metric, ...] = (
     _m("comm_s", "communication (per GPU)", "s", "lower", "cli", "card", "compare"),
     _m("exposed_comm_s", "exposed communication", "s", "lower", "cli", "card", "compare"),
     _m("bubble_s", BUBBLE_LABEL, "s", "lower", "card"),
+    # The GPUs' wait for the host to issue kernels (simtrain.workload.host).
+    _m("host_s", "host wait (per GPU)", "s", "lower", "cli", "card", "compare"),
+    _m("host_share", "host wait share of the step", "fraction", "lower", "compare"),
     _m("bubble_fraction", BUBBLE_LABEL, "fraction", "lower", "cli", "compare"),
     _m("peak_memory_gib", "peak memory (per GPU)", "gib", "lower", "cli", "card", "compare",
        "sweep"),
@@ -99,6 +102,7 @@ METRICS: tuple[Metric, ...] = (
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 # Summary entries that are not one number: names, nested breakdowns, run facts.
 DETAIL_KEYS = ("scenario", "gpu", "exposed_comm_by_kind", "memory_breakdown", "parallelism",
+               "launch_bound",
                "fidelity", "network", "notes", "measured_compute", "report", "trace")
 
 

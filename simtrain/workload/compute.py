@@ -4,10 +4,16 @@ time = max(FLOPs / (peak · efficiency), bytes / (HBM bandwidth · memory_effici
        + launch_overhead
 
 GEMM efficiency depends on shape: output tiles quantise m and n, tiles run in waves across
-the SMs, and a short reduction (small k) cannot hide the tile prologue/epilogue (NVIDIA,
-"Matrix Multiplication Background User's Guide", Deep Learning Performance docs: tile and
-wave quantization). Efficiencies are parameters with documented defaults, meant to be
-calibrated against measurements (shared/reference/calibration.yaml).
+the SMs (NVIDIA, "Matrix Multiplication Background User's Guide", Deep Learning Performance
+docs: tile and wave quantization), and every tile pays a fixed cost its main loop must
+amortise (``kloop_efficiency``): the software pipeline's fill (the first operand loads'
+latency) and the epilogue's store of the output tile. That fixed cost is a larger share
+of a tile the faster one SM computes relative to its share of HBM bandwidth, so the same
+shape reaches less of peak on H100 than on A100, and FP8 less than BF16. Skinny GEMMs
+(small m: micro-batch 1-2 under TP 8, MoE experts with few tokens) lose padded tile rows
+and fall into the memory-bound regime of the roofline, where the weight read dominates.
+Efficiencies are parameters with documented defaults, meant to be calibrated against
+measurements (shared/reference/calibration.yaml).
 """
 
 from __future__ import annotations
@@ -44,14 +50,6 @@ MEMORY_EFFICIENCY: dict[str, float] = {
     "volta": 0.85, "ampere": 0.85, "hopper": 0.85, "blackwell": 0.85, "cdna3": 0.80,
 }
 
-# Host time per training step the GPUs wait for and the task graph does not hold: data
-# loading, logging, loss and gradient-norm reductions, Python between phases. 0 unless
-# fitted against measured runs (simtrain calibrate).
-STEP_OVERHEAD: dict[str, float] = {
-    "volta": 0.0, "ampere": 0.0, "hopper": 0.1413, "blackwell": 0.0, "cdna3": 0.0,
-}
-
-
 class GPULike(Protocol):
     """What the compute model needs from a GPU (implemented by simtrain.hardware.gpus)."""
 
@@ -81,10 +79,14 @@ class ComputeConfig(BaseModel):
     # A100/H100 (256x128 is also common on Hopper); one tile per SM at a time.
     tile_m: int = 128
     tile_n: int = 128
-    # Below this reduction length the main loop (a few 32-64 wide k-steps) is too short to
-    # hide the fixed per-tile prologue/epilogue, so time per tile is roughly flat and the
-    # efficiency scales as k / small_k. Transformer GEMMs (k = h, ffn or tokens) rarely hit it.
-    small_k: int = 128
+    # Latency before a tile's main loop streams: the first operand tiles' load from HBM
+    # through L2 into shared memory. Global-memory load latency is ~400-800 cycles on
+    # A100/H100 (Luo et al. 2024, "Benchmarking and Dissecting the Nvidia Hopper GPU
+    # Architecture", Sec. 4: ~470 cycles global, ~260 L2 hit; ~0.3-0.5 us at 1.4-1.8 GHz);
+    # range 0.2-1.5 us. See kloop_efficiency.
+    tile_fill_latency: Seconds = Field(0.5e-6, ge=0.0)
+    # Peak fraction of a large FP8 GEMM (None: simtrain.workload.fp8.FP8_GEMM_EFFICIENCY).
+    fp8_gemm_efficiency: float | None = None
     # Peak fraction of fused (flash) attention on executed FLOPs (None: per-arch default).
     attention_efficiency: float | None = None
     # Training uses causal masks: a causal flash kernel skips the blocks above the diagonal
@@ -97,18 +99,32 @@ class ComputeConfig(BaseModel):
     # We take the low end of 3-5 us since launches queue asynchronously ahead of execution;
     # set ~1us to model CUDA graphs.
     launch_overhead: Seconds = 3e-6
-    # Fractional compute slowdown while a collective runs on the same GPU (NCCL kernels
-    # take SMs and HBM bandwidth). 0 until fitted against measured runs: the reference
-    # data has no direct measurement of it.
-    comm_interference: float = Field(0.0, ge=0.0, le=1.0)
+    # Compute slowdown while a collective runs on the same GPU. None: from its causes, the
+    # SMs the collective's NCCL channels hold and the HBM bandwidth it moves
+    # (simtrain.workload.interference); a number: that fixed fractional slowdown; 0
+    # (default for now) switches it off. The physical model is not yet the default: its
+    # executor path is far too slow on ring attention (cp_128k: >200 s instead of 1 s).
+    comm_interference: float | None = Field(0.0, ge=0.0, le=1.0)
+    # SMs one NCCL channel holds while its collective runs: NCCL launches one CTA (thread
+    # block) per channel and each CTA keeps its SM's shared memory and registers
+    # (NCCL docs, "NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS": "each channel uses one CUDA
+    # block"); range 1-2 (2 models CTAs that crowd a second SM's occupancy).
+    sms_per_channel: float = Field(1.0, ge=0.0, le=4.0)
+    # NCCL channels of a communicator (None: per-arch default, interference.NCCL_CHANNELS).
+    comm_channels: int | None = Field(None, ge=1, le=64)
 
-    # Host overhead per step in seconds (None: per-arch default, STEP_OVERHEAD).
-    step_overhead: Seconds | None = Field(None, ge=0.0)
+    # Host seconds to issue one kernel (Python, dispatcher, autograd, cudaLaunchKernel):
+    # range 1-30 us, see simtrain.workload.host for the sources.
+    host_kernel_issue: Seconds = Field(8e-6, ge=0.0)
+    # Host seconds of framework work per microbatch and pipeline step (forward/backward
+    # entry, data iterator, loss, no_sync and pipeline bookkeeping): range 20 us - 2 ms.
+    host_microbatch: Seconds = Field(200e-6, ge=0.0)
     # Measured per-op efficiency tables (simtrain.workload.tables), consulted before the
     # roofline; paths relative to the scenario file.
     tables: list[str] = Field(default_factory=list)
 
-    @field_validator("gemm_efficiency", "attention_efficiency", "memory_efficiency")
+    @field_validator("gemm_efficiency", "attention_efficiency", "memory_efficiency",
+                     "fp8_gemm_efficiency")
     @classmethod
     def _fraction(cls, value: float | None) -> float | None:
         if value is not None and not 0.0 < value <= 1.0:
@@ -116,11 +132,11 @@ class ComputeConfig(BaseModel):
                              f"e.g. 0.8 means 80% of the peak")
         return value
 
-    @field_validator("tile_m", "tile_n", "small_k")
+    @field_validator("tile_m", "tile_n")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value <= 0:
-            raise ValueError(f"tile sizes and small_k must be positive integers, got {value}")
+            raise ValueError(f"tile sizes must be positive integers, got {value}")
         return value
 
     def max_gemm_efficiency(self, arch: str) -> float:
@@ -130,10 +146,6 @@ class ComputeConfig(BaseModel):
     def hbm_efficiency(self, arch: str) -> float:
         """The configured memory efficiency, or the default for ``arch``."""
         return _by_arch(self.memory_efficiency, MEMORY_EFFICIENCY, arch, "memory_efficiency")
-
-    def host_overhead(self, arch: str) -> float:
-        """The configured host overhead per step, or the default for ``arch``."""
-        return _by_arch(self.step_overhead, STEP_OVERHEAD, arch, "step_overhead")
 
     def max_attention_efficiency(self, arch: str) -> float:
         """The configured attention efficiency, or the default for ``arch``."""
@@ -160,17 +172,46 @@ def wave_efficiency(tiles: int, num_sms: int) -> float:
     return tiles / (math.ceil(tiles / num_sms) * num_sms)
 
 
-def gemm_efficiency(m: int, n: int, k: int, gpu: GPULike, cfg: ComputeConfig) -> float:
-    """Peak fraction a GEMM (m, n, k) reaches: max · tile · wave · min(1, k/small_k)."""
+def kloop_k0(tile_m: int, tile_n: int, per_sm_flops: float, per_sm_bandwidth: float,
+             fill_latency: float, out_bytes: float) -> float:
+    """The reduction length whose main-loop time equals a tile's fixed cost.
+
+    One SM computes a tm x tn output tile at ``per_sm_flops`` (peak / SMs): 2·tm·tn FLOP per
+    unit of k. Its fixed cost is the pipeline fill (``fill_latency``) plus the epilogue's
+    store of tm·tn·out_bytes at the SM's share of HBM bandwidth (bandwidth / SMs), so
+    k0 = (fill_latency + tm·tn·out_bytes / per_sm_bandwidth) · per_sm_flops / (2·tm·tn).
+    H100 bf16, 128x128, 0.5 us: (0.5 us + 32768 B / 25.4 GB/s) · 7.50 TFLOP/s / 32768 = 410.
+    """
+    fixed = fill_latency + tile_m * tile_n * out_bytes / per_sm_bandwidth
+    return fixed * per_sm_flops / (2.0 * tile_m * tile_n)
+
+
+def kloop_efficiency(k: int, k0: float) -> float:
+    """Main-loop share of a tile's time: k / (k + k0) (see ``kloop_k0``)."""
+    return k / (k + k0)
+
+
+def gemm_efficiency(m: int, n: int, k: int, gpu: GPULike, cfg: ComputeConfig,
+                    dtype: str = "bf16", max_efficiency: float | None = None) -> float:
+    """Peak fraction a GEMM (m, n, k) reaches: max · tile · wave · k/(k + k0).
+
+    ``dtype`` sets the peak the tile computes at (and the output's bytes: 16-bit for bf16,
+    fp16 and fp8 GEMMs, whose outputs are bf16); ``max_efficiency`` overrides the
+    large-GEMM ceiling (FP8 GEMMs have their own, ``simtrain.workload.fp8``).
+    """
     if min(m, n, k) <= 0:
         raise ValueError(f"gemm shape must be positive, got (m, n, k) = ({m}, {n}, {k})")
     if gpu.num_sms <= 0:
         raise ValueError(f"gpu.num_sms must be positive, got {gpu.num_sms}")
     tiles = math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n)
-    return (cfg.max_gemm_efficiency(gpu.arch)
+    out_bytes = 4.0 if dtype == "fp32" else 2.0
+    k0 = kloop_k0(cfg.tile_m, cfg.tile_n, gpu.flops(dtype) / gpu.num_sms,
+                  gpu.hbm_bandwidth / gpu.num_sms, cfg.tile_fill_latency, out_bytes)
+    ceiling = cfg.max_gemm_efficiency(gpu.arch) if max_efficiency is None else max_efficiency
+    return (ceiling
             * tile_efficiency(m, n, cfg.tile_m, cfg.tile_n)
             * wave_efficiency(tiles, gpu.num_sms)
-            * min(1.0, k / cfg.small_k))
+            * kloop_efficiency(k, k0))
 
 
 def op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, dtype: str = "bf16") -> float:
@@ -189,7 +230,7 @@ def op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, dtype: str = "bf16") -> fl
     if op.kind == "gemm":
         if op.gemm_shape is None:
             raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
-        eff = gemm_efficiency(*op.gemm_shape, gpu, cfg)
+        eff = gemm_efficiency(*op.gemm_shape, gpu, cfg, dtype)
         compute = op.flops / (gpu.flops(dtype) * eff)
     elif op.kind == "attention":
         executed = op.flops * (0.5 if cfg.causal_attention else 1.0)

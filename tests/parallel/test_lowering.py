@@ -10,6 +10,9 @@ from simtrain.simulate import build_graph, build_plan
 
 def _scenario(par, model=None, training=None, sim=None, nodes=1):
     return load_scenario({
+        # tiny-gpt's kernels are shorter than their host issue cost (launch-bound, see
+        # workload.host): these tests are about the GPU side, so the host is free here.
+        "compute": {"host_kernel_issue": 0, "host_microbatch": 0},
         "cluster": {"preset": "dgx-a100", "nodes": nodes},
         "model": model or {"preset": "tiny-gpt"},
         "training": {"global_batch_size": 16, "micro_batch_size": 2, "seq_len": 256,

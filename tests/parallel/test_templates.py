@@ -23,8 +23,8 @@ def _options(**kw):
 
 def test_stage_granularity_sums_kernels_and_aggregates_collectives_per_group_and_op():
     # Two kernels (1 + 2 s), two TP all-reduces (10 + 30 bytes) and an FSDP pair:
-    # one 3 s compute task named after the first and last template, the all-gather
-    # before it, the aggregates after it in first-seen order.
+    # one 3 s compute task of 2 kernels (the host issues both) named after the first and
+    # last template, the all-gather before it, the aggregates after it in first-seen order.
     ts = [ParamGather("fsdp ag x", 5.0),
           Kernel("a", "backward", base=1.0, flops=4.0, params=("w1",)),
           Collective("a.g", "tp_comm", "all_reduce", "tp", 10.0),
@@ -34,7 +34,7 @@ def test_stage_granularity_sums_kernels_and_aggregates_collectives_per_group_and
     out = fuse(ts, "stage", "backward")
     assert out == [ParamGather("dp all_gather", 5.0),
                    Kernel("backward fsdp ag x..fsdp rs x", "backward", base=3.0, flops=10.0,
-                          params=("w1", "w2")),
+                          params=("w1", "w2"), kernels=2),
                    Collective("tp all_reduce", "tp_comm", "all_reduce", "tp", 40.0),
                    GradScatter("dp reduce_scatter", 7.0)]
 
@@ -47,6 +47,7 @@ def test_layer_granularity_fuses_kernels_of_one_layer_between_collectives():
     out = fuse(ts, "layer", "forward")
     assert [t.name for t in out] == ["layers.0", "layers.0.g", "layers.0.c"]
     assert out[0].base == 3.0
+    assert [getattr(t, "kernels", None) for t in out] == [2, None, 1]
 
 
 def test_an_unknown_template_is_an_internal_error_not_a_default():

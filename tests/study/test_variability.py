@@ -19,6 +19,9 @@ TINY: dict[str, Any] = {
     "cluster": {"preset": "dgx-a100", "nodes": 1}, "model": {"preset": "tiny-gpt"},
     "training": {"global_batch_size": 8, "micro_batch_size": 1, "seq_len": 512},
     "sim": {"granularity": "layer", "network": "analytic"},
+    # No host issue cost: the tiny model is launch-bound, and a GPU start delay would then
+    # hide behind the host's lead instead of adding to the step (the tail argument below).
+    "compute": {"host_kernel_issue": 0.0, "host_microbatch": 0.0},
 }
 
 

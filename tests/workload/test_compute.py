@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from simtrain.workload.compute import (
     ComputeConfig,
     gemm_efficiency,
+    kloop_efficiency,
+    kloop_k0,
     op_time,
     tile_efficiency,
     wave_efficiency,
@@ -35,30 +37,54 @@ GPU = FakeGPU()
 # Round parameters so the expected values below are easy to derive by hand.
 CFG = ComputeConfig(gemm_efficiency=0.8, attention_efficiency=0.5, memory_efficiency=1.0,
                     launch_overhead=0.0)
+# The tile's fixed cost in units of k on FakeGPU (128x128 tile, 0.5 us fill, bf16 out):
+# per SM 1e15/100 = 1e13 FLOP/s and 2e12/100 = 2e10 B/s; epilogue 128·128·2 B / 2e10 B/s
+# = 1.6384 us; k0 = (0.5 + 1.6384) us · 1e13 / (2·128·128) = 652.59.
+K0 = 2.1384e-6 * 1e13 / 32768
+
+
+def kf(k: int) -> float:
+    return k / (k + K0)
 
 
 def test_perfect_tiles_and_full_waves_give_max_efficiency() -> None:
-    # 1280 x 1280 with 128x128 tiles = 10·10 = 100 tiles = one full wave on 100 SMs.
-    assert gemm_efficiency(1280, 1280, 4096, GPU, CFG) == pytest.approx(0.8)
+    # 1280 x 1280 with 128x128 tiles = 10·10 = 100 tiles = one full wave on 100 SMs: only
+    # the main-loop share k/(k + k0) is lost.
+    assert gemm_efficiency(1280, 1280, 4096, GPU, CFG) == pytest.approx(0.8 * kf(4096))
 
 
 def test_one_extra_tile_opens_a_second_wave() -> None:
     # 101 tiles on 100 SMs run as 2 waves: wave efficiency 101/200.
-    assert gemm_efficiency(128 * 101, 128, 4096, GPU, CFG) == pytest.approx(0.8 * 101 / 200)
+    assert gemm_efficiency(128 * 101, 128, 4096, GPU, CFG) == pytest.approx(
+        0.8 * 101 / 200 * kf(4096))
 
 
 def test_tile_quantization() -> None:
     # m = 129 pads to 256 rows: 129·128 / (256·128) = 129/256.
     assert tile_efficiency(129, 128, 128, 128) == pytest.approx(129 / 256)
     # On a 1-SM GPU the 2 tiles run as 2 full waves (2 / (2·1) = 1): only the tile loss.
-    one_sm = replace(GPU, num_sms=1)
-    assert gemm_efficiency(129, 128, 4096, one_sm, CFG) == pytest.approx(0.8 * 129 / 256)
+    # (One SM with FakeGPU's per-SM rates, so k0 stays 652.59.)
+    one_sm = replace(GPU, num_sms=1, peak=1e13, hbm_bandwidth=2e10)
+    assert gemm_efficiency(129, 128, 4096, one_sm, CFG) == pytest.approx(
+        0.8 * 129 / 256 * kf(4096))
+
+
+def test_kloop_k0_by_hand() -> None:
+    assert kloop_k0(128, 128, 1e13, 2e10, 0.5e-6, 2.0) == pytest.approx(652.59, rel=1e-4)
+    # H100 SXM bf16 (989.4 TFLOP/s, 3.35 TB/s, 132 SMs): (0.5 us + 32768 B / 25.38 GB/s)
+    # · 7.4955e12 / 32768 = (0.5 + 1.2911) us · 2.2874e8 = 409.7.
+    assert kloop_k0(128, 128, 989.4e12 / 132, 3.35e12 / 132, 0.5e-6, 2.0) == pytest.approx(
+        409.7, rel=1e-3)
+    # A100 (312 TFLOP/s, 2.039 TB/s, 108 SMs): (0.5 + 32768/1.888e10 = 1.7357) us
+    # · 2.8889e12 / 32768 = 197.1: the same shape loses less of peak on A100.
+    assert kloop_k0(128, 128, 312e12 / 108, 2.039e12 / 108, 0.5e-6, 2.0) == pytest.approx(
+        197.1, rel=1e-3)
 
 
 def test_small_k_penalty() -> None:
-    # k = 64 < small_k = 128: efficiency scales by 64/128.
-    assert gemm_efficiency(1280, 1280, 64, GPU, CFG) == pytest.approx(0.4)
-    assert gemm_efficiency(1280, 1280, 128, GPU, CFG) == pytest.approx(0.8)
+    # k = k0: half the tile's time is fixed cost.
+    assert kloop_efficiency(100, 100.0) == 0.5
+    assert gemm_efficiency(1280, 1280, 64, GPU, CFG) == pytest.approx(0.8 * 64 / (64 + K0))
 
 
 def test_more_full_waves_amortise_the_tail() -> None:
@@ -91,7 +117,8 @@ def test_op_time_compute_bound_gemm() -> None:
     # bytes 2·(1280·8192·2 + 1280²) = 45.22e6 at 2e12 -> 22.61 us: compute bound.
     flops = 2.0 * 1280 * 1280 * 8192
     op = Op("g", "gemm", flops, 2.0 * (2 * 1280 * 8192 + 1280**2), (1280, 1280, 8192), (), 0.0)
-    assert op_time(op, GPU, CFG) == pytest.approx(flops / 0.8e15)
+    # With the main-loop share 8192 / (8192 + 652.59): 36.43 us, still compute bound.
+    assert op_time(op, GPU, CFG) == pytest.approx(flops / (0.8e15 * kf(8192)))
 
 
 def test_op_time_memory_bound_gemm() -> None:
@@ -116,8 +143,10 @@ def test_arch_defaults_and_errors() -> None:
     # Hopper's defaults are the fitted ones (simtrain calibrate, docs/validation.md).
     assert default.max_gemm_efficiency("hopper") == 0.8156
     assert default.hbm_efficiency("hopper") == 0.85
-    assert default.host_overhead("hopper") == 0.1413 and default.host_overhead("ampere") == 0.0
-    assert ComputeConfig(step_overhead=0.2).host_overhead("hopper") == 0.2
+    assert default.host_kernel_issue == 8e-6 and default.host_microbatch == 200e-6
+    assert default.comm_interference == 0.0  # the physical model is opt-in (None) for now
+    with pytest.raises(ValueError, match="Extra inputs"):
+        ComputeConfig.model_validate({"step_overhead": 0.1})  # the fitted fudge is gone
     assert default.max_attention_efficiency("ampere") == 0.60
     with pytest.raises(ValueError, match="set compute.gemm_efficiency"):
         gemm_efficiency(128, 128, 128, replace(GPU, arch="tpu"), default)

@@ -1,0 +1,115 @@
+"""Host (CPU) side of a training step: when the GPU waits for the framework to issue work.
+
+An eager PyTorch / Megatron step is issued by one Python thread. Every kernel (a GEMM, an
+elementwise op, an NCCL collective or a pipeline send/recv) costs the host a fixed time
+to issue — Python, the dispatcher and autograd, then ``cudaLaunchKernel`` — and every
+microbatch costs a further fixed time in the framework (the forward/backward call, the
+data iterator, the loss, ``no_sync`` and pipeline send/recv bookkeeping). The host runs
+ahead of the GPU through the CUDA stream queue, so issue costs are hidden while kernels
+are long, and exposed when they are short: a kernel cannot start before the host has
+issued it. The step is then *launch-bound*.
+
+The model is a two-stage flow shop per rank. The host issues the rank's tasks in program
+order (task id order in the graph); a task of n kernels whose issue began at host time h
+releases its first kernel at h + c and its last at h + n·c (c: cost per kernel). On the
+GPU the task starts no earlier than its first kernel's issue and ends no earlier than its
+last kernel's issue plus that kernel's share of the task (d/n): with equal kernels this
+is the exact flow-shop makespan of the task's kernels. Before the optimizer, Megatron and
+PyTorch synchronise the host with the GPU (``.item()`` on the gradient norm and the
+found-inf flag), so the optimizer's kernels are issued only once the GPU reaches them
+(``issue_bound_makespan``), and nothing after it is released early.
+
+Parameters (``compute:`` section, see ``ComputeConfig``):
+
+- ``host_kernel_issue`` — host seconds per kernel. ``cudaLaunchKernel`` alone costs
+  ~2-4 us (A. Gray, NVIDIA blog "Getting Started with CUDA Graphs", 2019: 3.8 us per short
+  kernel back to back); eager PyTorch adds dispatcher, autograd and Python per op, which
+  puts an eager op at roughly 5-20 us of CPU (H. He, "Making Deep Learning Go Brrrr From
+  First Principles", 2022, "Overhead"). Default 8 us, range 1-30 us (1-2 us with CUDA
+  graphs, which issue a whole graph at once).
+- ``host_microbatch`` — host seconds per microbatch per pipeline step: forward/backward
+  entry, the data iterator, loss scaling, gradient-accumulation (``no_sync``) and pipeline
+  bookkeeping. No published measurement in the reference data; its order is a few
+  hundred microseconds of Python. Default 200 us, range 20 us - 2 ms; calibratable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simtrain.engine.taskgraph import TaskGraph
+
+# The host share of a step above which a summary calls the step launch-bound: beyond it
+# the GPU waits for the framework more than it would for a typical exposed collective.
+LAUNCH_BOUND_SHARE = 0.10
+
+# (task id, rank) -> (host time the task's first kernel is issued, host time its last is)
+IssueTimes = dict[tuple[int, int], tuple[float, float]]
+
+
+def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) -> IssueTimes:
+    """Host issue times of every simulated rank's tasks before its optimizer step.
+
+    Program order is task id order; a task's kernels are ``meta["kernels"]`` (default 1);
+    a task whose (microbatch, chunk, phase) differs from the previous one's opens a
+    microbatch step and first costs ``microbatch_s``. The optimizer (kind "optimizer")
+    follows a host-GPU synchronisation: it and the rank's later tasks get no issue time.
+    """
+    if kernel_issue_s < 0 or microbatch_s < 0:
+        raise ValueError(f"host costs must be >= 0, got kernel {kernel_issue_s} s, "
+                         f"microbatch {microbatch_s} s")
+    out: IssueTimes = {}
+    if kernel_issue_s == 0 and microbatch_s == 0:
+        return out
+    clock: dict[int, float] = {}
+    step_of: dict[int, tuple[object, ...]] = {}
+    synced: set[int] = set()
+    virtual = graph.virtual
+    for task in graph.tasks:
+        meta = task.meta
+        kernels = int(meta.get("kernels", 1))
+        key = (meta.get("microbatch"), meta.get("chunk"), task.kind == "forward")
+        for rank in task.ranks:
+            if rank in virtual or rank in synced:
+                continue
+            if task.kind == "optimizer":
+                synced.add(rank)
+                continue
+            h = clock.get(rank, 0.0)
+            if key[0] is not None and step_of.get(rank) != key:
+                step_of[rank] = key
+                h += microbatch_s
+            first = h + kernel_issue_s
+            h += kernels * kernel_issue_s
+            clock[rank] = h
+            out[(task.id, rank)] = (first, h)
+    return out
+
+
+def issue_bound_makespan(durations: Sequence[float], kernel_issue_s: float) -> float:
+    """Seconds from a host-GPU sync until the last of ``durations`` (GPU kernels) ends.
+
+    Kernel i (1-based) is issued at i·c and starts at max(i·c, end of kernel i-1): the
+    flow shop of a host issuing at c per kernel and a GPU running them in order. Long
+    kernels: c + Σd; short ones: n·c + d_n.
+    """
+    end = 0.0
+    for i, d in enumerate(durations, start=1):
+        end = max(i * kernel_issue_s, end) + d
+    return end
+
+
+def host_summary(host_s: float, step_s: float) -> dict[str, object]:
+    """The summary's host fields: mean exposed host seconds, share of the step, and
+    whether the step is launch-bound (share above ``LAUNCH_BOUND_SHARE``), with a note."""
+    share = host_s / step_s if step_s > 0 else 0.0
+    out: dict[str, object] = {"host_s": host_s, "host_share": share,
+                              "launch_bound": share > LAUNCH_BOUND_SHARE}
+    if share > LAUNCH_BOUND_SHARE:
+        out["notes"] = [
+            f"launch-bound: the GPUs wait {share:.0%} of the step for the host to issue "
+            f"kernels (compute.host_kernel_issue per kernel, compute.host_microbatch per "
+            f"microbatch); larger micro-batches, fused kernels or CUDA graphs would hide it"]
+    return out
