@@ -16,11 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from simtrain.errors import ScenarioError
 from simtrain.validation_flops import FORMULAS
+from simtrain.yamlfile import read_file
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "validation"
 # What a row may publish: a step time, tokens/s per GPU, or TFLOP/s per GPU under the
@@ -39,14 +37,6 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def _plain(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {str(k): _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    return node
-
-
 def suite_path(suite: str, directory: Path | None = None) -> Path:
     return (directory or VALIDATION_DIR) / f"{suite}.yaml"
 
@@ -56,20 +46,17 @@ def _read(path: Path) -> Any:
     take a second to parse), a fresh copy per call."""
     try:
         stat = path.stat()
-        return copy.deepcopy(_parse(str(path), stat.st_mtime_ns, stat.st_size))
     except OSError as exc:
         raise ScenarioError(f"cannot read validation suite: {exc.strerror}",
                             source=str(path)) from None
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ScenarioError(f"not valid YAML: {problem}", source=str(path),
-                            line=None if mark is None else mark.line + 1) from None
+    return copy.deepcopy(_parse(str(path), stat.st_mtime_ns, stat.st_size))
 
 
 @functools.lru_cache(maxsize=64)
 def _parse(path: str, mtime_ns: int, size: int) -> Any:
-    return _plain(YAML(typ="safe").load(Path(path).read_text(encoding="utf-8")))
+    # The project's bounded reader (size, depth, aliases, UTF-8, tags), as for scenarios;
+    # the safe parser, since suite rows carry their own ids for errors.
+    return read_file(path, "validation suite", roundtrip=False).data
 
 
 def check_row(entry: Any, k: int, flops: str, source: str, seen: set[str]) -> None:

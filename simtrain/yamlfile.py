@@ -55,8 +55,9 @@ class Document:
         return None
 
 
-def read_file(path: str | Path, what: str = "file") -> Document:
-    """Read and parse the YAML file at ``path``; ScenarioError on any problem."""
+def read_file(path: str | Path, what: str = "file", *, roundtrip: bool = True) -> Document:
+    """Read and parse the YAML file at ``path``; ScenarioError on any problem (lines of
+    keys are recorded in round-trip mode, the slower parser)."""
     path = Path(path)
     name = str(path)
     try:
@@ -74,7 +75,7 @@ def read_file(path: str | Path, what: str = "file") -> Document:
         raise ScenarioError(f"not UTF-8 text: byte {raw[exc.start]:#04x} at offset "
                             f"{exc.start}; save the {what} as UTF-8", source=name,
                             line=line) from None
-    return parse_text(text, name)
+    return parse_text(text, name, roundtrip=roundtrip)
 
 
 def parse_text(text: str, name: str, *, roundtrip: bool = True) -> Document:
