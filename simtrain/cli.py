@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from simtrain.cli_errors import fail as _fail
+from simtrain.cli_options import JsonOption, QuietOption, SetOption
 from simtrain.engine.sim import SimulationDeadlock
 from simtrain.errors import ScenarioError
 from simtrain.report.rows import plural
@@ -62,12 +63,6 @@ def _summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-SetOption = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="override a field: dotted.key=value (repeatable)"),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (for scripts)")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors")]
 
 
 def _simulate(path: Path, overrides: list[str], report: Path | None = None,
@@ -284,90 +279,6 @@ def compare(
         out.print(f"report: {out_json['report']}")
 
 
-@app.command(
-    epilog=(
-        "Examples:\n\n"
-        "  simtrain topology dgx-h100 --nodes 4\n\n"
-        "  simtrain topology scenarios/custom_topology.yaml --report topo.html\n\n"
-        "  simtrain topology pcie-a100 --json"
-    )
-)
-def topology(
-    target: Annotated[str, typer.Argument(help="cluster preset name or scenario YAML file")],
-    nodes: Annotated[int, typer.Option(help="servers, for a preset")] = 1,
-    set_: SetOption = None,
-    report: Annotated[
-        Path | None, typer.Option(help="also draw the topology into this HTML file")
-    ] = None,
-    as_json: JsonOption = False,
-    quiet: QuietOption = False,
-) -> None:
-    """Print a cluster's topology: link classes, bandwidths, latencies and totals."""
-    from simtrain.hardware.topology import CLUSTER_PRESETS, ClusterConfig, build_cluster
-    from simtrain.report.html import PLOTLY_CONFIG, page, write_report
-    from simtrain.report.topology import (
-        topology_figure,
-        topology_rows,
-        topology_table_html,
-        topology_totals,
-    )
-    from simtrain.scenario import load_scenario
-
-    path = Path(target)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
-        try:
-            cluster = build_cluster(load_scenario(path, set_ or []).cluster)
-        except ScenarioError as exc:
-            raise _fail(str(exc), 2) from None
-        title = f"topology · {path.name}"
-    else:
-        if target.lower() not in CLUSTER_PRESETS:
-            raise _fail(f"{target!r} is neither a scenario file nor a cluster preset; presets: "
-                        f"{', '.join(CLUSTER_PRESETS)}", 2)
-        if nodes < 1:
-            raise _fail(f"--nodes must be >= 1, got {nodes}", 2)
-        from simtrain.limits import cluster_problems
-
-        try:
-            config = ClusterConfig(preset=target, nodes=nodes)
-            too_big = cluster_problems(config)
-            if too_big:
-                raise _fail(f"--nodes {nodes}: {too_big[0][1]}", 2)
-            cluster = build_cluster(config)
-        except ValueError as exc:
-            raise _fail(f"{target}: {str(exc).splitlines()[-1].strip()}", 2) from None
-        title = f"topology · {target.lower()} × {nodes}"
-    rows = topology_rows(cluster)
-    totals = topology_totals(cluster)
-    result: dict[str, Any] = {"totals": totals, "links": rows}
-    if report is not None:
-        fig = topology_figure(cluster, title=title)
-        body = (f"<header><h1>{title}</h1></header>"
-                + fig.to_html(full_html=False, include_plotlyjs=True, config=PLOTLY_CONFIG,
-                              div_id="topology-chart")
-                + topology_table_html(cluster))
-        result["report"] = str(write_report(report, page(title, body)))
-    if as_json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-        return
-    if quiet:
-        return
-    table = Table(title=title)
-    for col, justify in (("kind", "left"), ("between", "left"), ("links", "right"),
-                         ("bandwidth / direction", "right"), ("latency", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for r in rows:
-        table.add_row(r["kind"], r["between"], f"{r['links']:,}", r["bandwidth"], r["latency"])
-    out = Console()
-    out.print(table)
-    by_kind = ", ".join(f"{n:,} {k}" for k, n in totals["nodes_by_kind"].items())
-    out.print(f"{totals['gpus']:,} × {totals['gpu']} in {plural(totals['servers'], 'server')} "
-              f"({totals['gpus_per_server']} per server); nodes: {by_kind}; "
-              f"{totals['directed_links']:,} directed links")
-    if "report" in result:
-        out.print(f"report: {result['report']}")
-
-
 @contextmanager
 def _status(what: str, silent: bool) -> Iterator[None]:
     """A spinner on stderr while something runs (terminals only; never in scripts)."""
@@ -385,39 +296,15 @@ def _yaml_text(path: Path) -> str | None:
         return None
 
 
-@app.command(
-    epilog=(
-        "Examples:\n\n"
-        "  simtrain presets\n\n"
-        "  simtrain presets --json"
-    )
-)
-def presets(as_json: JsonOption = False, quiet: QuietOption = False) -> None:
-    """List the cluster, model and GPU presets a scenario can name."""
-    from simtrain.hardware.gpus import GPUS
-    from simtrain.hardware.topology import CLUSTER_PRESETS
-    from simtrain.workload.model import MODEL_PRESETS
-
-    lists = {"clusters": sorted(CLUSTER_PRESETS), "models": sorted(MODEL_PRESETS),
-             "gpus": sorted(GPUS)}
-    if as_json:
-        sys.stdout.write(json.dumps(lists, indent=2) + "\n")
-        return
-    if quiet:
-        return
-    out = Console()
-    for title, key in (("cluster presets", "clusters"), ("model presets", "models"),
-                       ("GPUs", "gpus")):
-        out.print(f"[bold]{title}:[/] {', '.join(lists[key])}")
-
-
 def _register_extensions() -> None:
-    """Commands that live in their own modules: collective, sweep, plan, validate, calibrate."""
+    """Commands that live in their own modules (collective, sweep, plan, validate, calibrate,
+    ingest, topology and presets)."""
     from simtrain.cli_calibrate import register as register_calibrate
     from simtrain.cli_collective import register as register_collective
     from simtrain.cli_ingest import register as register_ingest
     from simtrain.cli_plan import register as register_plan
     from simtrain.cli_sweep import register as register_sweep
+    from simtrain.cli_topology import register as register_topology
     from simtrain.cli_validate import register as register_validate
 
     register_collective(app)
@@ -426,6 +313,7 @@ def _register_extensions() -> None:
     register_validate(app)
     register_calibrate(app)
     register_ingest(app)
+    register_topology(app)
 
 
 _register_extensions()
