@@ -82,6 +82,20 @@ class GraphBuilder:
         self._graph = None
 
     @property
+    def node_attrs(self) -> dict[str, dict[str, Any]]:
+        """Every node's attributes (``kind`` and extras) by name, in insertion order; cheap:
+        reports read this instead of building the networkx graph."""
+        return dict(self._nodes)
+
+    def successors(self) -> dict[str, list[str]]:
+        """Each node's link destinations, in link insertion order (the graph's adjacency
+        order), without building the networkx graph."""
+        out: dict[str, list[str]] = {name: [] for name, _ in self._nodes}
+        for lk in self.links:
+            out.setdefault(lk.src, []).append(lk.dst)
+        return out
+
+    @property
     def graph(self) -> nx.DiGraph:
         """The topology as a networkx DiGraph (node kind/attrs; edge kind, bandwidth,
         latency and link id), built on first use."""

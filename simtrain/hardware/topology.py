@@ -254,6 +254,15 @@ class Cluster:
         """The topology graph (networkx), built on first use."""
         return self._builder.graph
 
+    @property
+    def node_attrs(self) -> dict[str, dict[str, Any]]:
+        """Node attributes by name (``kind``, ``server``, ...) without building the graph."""
+        return self._builder.node_attrs
+
+    def successors(self) -> dict[str, list[str]]:
+        """Each node's link destinations in the graph's adjacency order (no graph built)."""
+        return self._builder.successors()
+
     def _check_rank(self, rank: int) -> int:
         try:
             index = operator.index(rank)  # accepts numpy integers, rejects floats
@@ -327,23 +336,34 @@ class Cluster:
         return min((self.links[i].bandwidth for i in route), default=float("inf"))
 
     def describe(self) -> list[dict[str, Any]]:
-        """One row per link class (kind, endpoint kinds, bandwidth, latency) with counts."""
-        kinds = self.graph.nodes
+        """One row per link class (kind, endpoint kinds, bandwidth, latency) with counts:
+        ``directed`` links and ``count`` cables (a link and its reverse in the same class
+        are one cable)."""
+        kind_of = {name: d["kind"] for name, d in self.node_attrs.items()}
+        links, ids = self.links, self._edge_ids
+
+        def paired(lk: Link) -> bool:
+            back = ids.get((lk.dst, lk.src))
+            if back is None:
+                return False
+            rev = links[back]
+            return (rev.kind, rev.bandwidth, rev.latency) == (lk.kind, lk.bandwidth, lk.latency)
+
+        # One pass over the links (a quarter of a million at 16k GPUs) into a Counter.
+        classes = Counter((lk.kind, kind_of[lk.src], kind_of[lk.dst], lk.bandwidth,
+                           lk.latency, paired(lk)) for lk in links)
         rows: dict[tuple[Any, ...], dict[str, Any]] = {}
-        pairs: dict[tuple[Any, ...], set[tuple[str, str]]] = {}
-        for lk in self.links:
-            ends = sorted((kinds[lk.src]["kind"], kinds[lk.dst]["kind"]))
-            key = (lk.kind, *ends, lk.bandwidth, lk.latency)
-            if key not in rows:
-                rows[key] = {"kind": lk.kind, "between": f"{ends[0]}-{ends[1]}",
-                             "bandwidth": lk.bandwidth, "latency": lk.latency,
-                             "count": 0, "directed": 0}
-                pairs[key] = set()
-            rows[key]["directed"] += 1
-            pairs[key].add((min(lk.src, lk.dst), max(lk.src, lk.dst)))
-        for key, row in rows.items():
-            row["count"] = len(pairs[key])
-        return list(rows.values())
+        for (kind, src, dst, bandwidth, latency, two_way), n in classes.items():
+            ends = sorted((src, dst))
+            key = (kind, *ends, bandwidth, latency)
+            row = rows.setdefault(key, {"kind": kind, "between": f"{ends[0]}-{ends[1]}",
+                                        "bandwidth": bandwidth, "latency": latency,
+                                        "count": 0.0, "directed": 0})
+            row["directed"] += n
+            row["count"] += n / 2 if two_way else n
+        for row in rows.values():
+            row["count"] = round(row["count"])
+        return list(rows.values())  # in the order each class first appears among the links
 
 
 def build_cluster(cfg: ClusterConfig) -> Cluster:

@@ -35,7 +35,7 @@ def topology_rows(cluster: Any) -> list[dict[str, Any]]:
 
 def topology_totals(cluster: Any) -> dict[str, Any]:
     """Counts of GPUs, servers, nodes per class and directed links."""
-    kinds = Counter(str(d.get("kind", "?")) for _, d in cluster.graph.nodes(data=True))
+    kinds = Counter(str(d.get("kind", "?")) for d in cluster.node_attrs.values())
     return {
         "gpu": cluster.gpu_spec.name,
         "gpus": cluster.num_gpus,
@@ -62,39 +62,40 @@ def topology_table_html(cluster: Any) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def _shown_nodes(cluster: Any, max_servers: int) -> tuple[list[str], int]:
-    graph = cluster.graph
-    servers = sorted({d["server"] for _, d in graph.nodes(data=True) if "server" in d})
+def _shown_nodes(cluster: Any, max_servers: int, attrs: dict[str, dict[str, Any]],
+                 succ: dict[str, list[str]]) -> tuple[list[str], int]:
+    servers = sorted({d["server"] for d in attrs.values() if "server" in d})
     if len(servers) > max_servers:
         keep = set(servers[: max_servers - 1]) | {servers[-1]}
     else:
         keep = set(servers)
-    nodes = [n for n, d in graph.nodes(data=True) if d.get("server") in keep]
+    nodes = [n for n, d in attrs.items() if d.get("server") in keep]
     chosen = set(nodes)
     for level in ("leaf", "spine"):
-        extra = sorted({m for n in list(chosen) for m in graph.successors(n)
-                        if graph.nodes[m].get("kind") == level and m not in chosen})
+        extra = sorted({m for n in list(chosen) for m in succ[n]
+                        if attrs[m].get("kind") == level and m not in chosen})
         nodes.extend(extra)
         chosen.update(extra)
     # Switches without a server attribute (custom graphs): keep those touching shown nodes.
     # Nodes of servers not shown and the leaf/spine levels (chosen above) stay out: through
     # a spine every leaf and through a leaf every NIC is a neighbour, which at 16k GPUs drew
     # 512 leaves and 512 NICs for four servers.
-    nodes_data = graph.nodes
-    others = sorted({m for n in list(chosen) for m in graph.successors(n)
-                     if m not in chosen and "server" not in nodes_data[m]
-                     and nodes_data[m].get("kind") not in ("leaf", "spine")})
+    others = sorted({m for n in list(chosen) for m in succ[n]
+                     if m not in chosen and "server" not in attrs[m]
+                     and attrs[m].get("kind") not in ("leaf", "spine")})
     nodes.extend(others)
     return nodes, len(keep)
 
 
 def topology_figure(cluster: Any, *, max_servers: int = 4, title: str = "") -> go.Figure:
     """Layered drawing of the topology (part of it for clusters over ``max_servers``)."""
-    graph = cluster.graph
-    nodes, shown = _shown_nodes(cluster, max_servers)
+    # From the cluster's node and link lists, not its networkx graph: at 16k GPUs building
+    # the graph (a quarter of a million edges) took longer than the rest of the report.
+    attrs = cluster.node_attrs
+    nodes, shown = _shown_nodes(cluster, max_servers, attrs, cluster.successors())
     by_level: dict[float, list[str]] = {}
     for n in nodes:
-        by_level.setdefault(LEVELS.get(graph.nodes[n].get("kind", ""), 2), []).append(n)
+        by_level.setdefault(LEVELS.get(attrs[n].get("kind", ""), 2), []).append(n)
     pos: dict[str, tuple[float, float]] = {}
     for level, members in by_level.items():
         for i, n in enumerate(members):
@@ -104,12 +105,15 @@ def topology_figure(cluster: Any, *, max_servers: int = 4, title: str = "") -> g
     seen: set[tuple[str, str]] = set()
     # Only the shown nodes' own edges (the whole graph has ~16 edges per GPU), in the
     # graph's edge order: node insertion order, then each node's adjacency order.
-    shown_edges = ((u, v, d) for u in graph.nodes if u in pos
-                   for v, d in graph.adj[u].items())
+    out_links: dict[str, list[Any]] = {}
+    for lk in cluster.links:
+        if lk.src in pos:
+            out_links.setdefault(lk.src, []).append(lk)
+    shown_edges = ((u, lk.dst, lk) for u in attrs if u in out_links for lk in out_links[u])
     for u, v, d in shown_edges:
         if v in pos and (v, u) not in seen:
             seen.add((u, v))
-            edges.setdefault(str(d.get("kind", "?")), []).append((u, v, d))
+            edges.setdefault(str(d.kind), []).append((u, v, d))
     for kind in sorted(edges):
         xs: list[float | None] = []
         ys: list[float | None] = []
@@ -119,8 +123,8 @@ def topology_figure(cluster: Any, *, max_servers: int = 4, title: str = "") -> g
             ys += [pos[u][1], pos[v][1], None]
             mx.append((pos[u][0] + pos[v][0]) / 2)
             my.append((pos[u][1] + pos[v][1]) / 2)
-            text.append(html.escape(f"{u} ↔ {v}: {kind}, {fmt_bandwidth(d['bandwidth'])} "
-                                    f"per direction, {fmt_seconds(d['latency'])}"))
+            text.append(html.escape(f"{u} ↔ {v}: {kind}, {fmt_bandwidth(d.bandwidth)} "
+                                    f"per direction, {fmt_seconds(d.latency)}"))
         color = LINK_COLORS.get(kind, "#999")
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{kind} link",
                                  line={"color": color, "width": 1}, hoverinfo="skip",
@@ -130,7 +134,7 @@ def topology_figure(cluster: Any, *, max_servers: int = 4, title: str = "") -> g
                                  showlegend=False, legendgroup=kind))
     kinds: dict[str, list[str]] = {}
     for n in nodes:
-        kinds.setdefault(str(graph.nodes[n].get("kind", "?")), []).append(n)
+        kinds.setdefault(str(attrs[n].get("kind", "?")), []).append(n)
     for kind, members in kinds.items():
         fig.add_trace(go.Scatter(
             x=[pos[n][0] for n in members], y=[pos[n][1] for n in members], mode="markers",
