@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from simtrain.cli_errors import fail as _fail
-from simtrain.cli_options import JsonOption, QuietOption, SetOption
+from simtrain.cli_options import JsonOption, QuietOption, ReportAssetsOption, SetOption
 from simtrain.engine.sim import SimulationDeadlock
 from simtrain.errors import ScenarioError
 from simtrain.report.rows import plural
@@ -154,9 +154,7 @@ def run(
         Path | None, typer.Option(help="HTML report path [default: reports/NAME.html]")
     ] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="do not write a report")] = False,
-    report_assets: Annotated[str, typer.Option(
-        help="inline: plotly.js inside the report (opens anywhere, offline); external: "
-             "plotly.js written once as a file beside the report")] = "inline",
+    report_assets: ReportAssetsOption = "inline",
     trace: Annotated[
         Path | None,
         typer.Option(help="write a Chrome/Perfetto trace (.json or .json.gz)"),

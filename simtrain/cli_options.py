@@ -12,3 +12,8 @@ SetOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (for scripts)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="print nothing but errors")]
+ReportAssetsOption = Annotated[str, typer.Option(
+    "--report-assets",
+    help="inline: plotly.js inside the report (opens anywhere, offline); external: "
+         "plotly.js written once as a file beside the report (many reports in one folder "
+         "share it)")]

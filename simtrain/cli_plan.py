@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from simtrain.cli_errors import fail
+from simtrain.cli_options import QuietOption, ReportAssetsOption
 from simtrain.errors import ScenarioError
 
 EPILOG = (
@@ -76,8 +77,9 @@ def plan(
     report: Annotated[Path | None, typer.Option(help="write an HTML report with the top "
                                                 "plans' Gantt charts")] = None,
     charts: Annotated[int, typer.Option(help="Gantt charts in the report")] = 3,
+    report_assets: ReportAssetsOption = "inline",
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Search parallel plans (tp, pp, cp, dp, ep, ZeRO, micro batch, recompute, schedule)
     that fit in memory; rank them by throughput with time-to-train and GPU-hours."""
@@ -104,6 +106,9 @@ def plan(
             raise ValueError(f"--workers must be at least 1, got {workers}")
         if charts < 0:
             raise ValueError(f"--charts must be >= 0, got {charts}")
+        from simtrain.report.html import check_assets
+
+        check_assets(report_assets)
         if executor not in ("local", "serial"):
             raise ValueError(f"--executor must be local or serial, got {executor!r}")
     except (ScenarioError, ValueError) as exc:
@@ -127,7 +132,7 @@ def plan(
         if report is not None:
             from simtrain.study.plan_report import write_plan_report
 
-            write_plan_report(result, report, charts=charts)
+            write_plan_report(result, report, charts=charts, assets=report_assets)
     except (ScenarioError, ValueError) as exc:
         raise fail(str(exc).replace("\n", " "), 2) from None
     except KeyboardInterrupt:
@@ -146,6 +151,8 @@ def plan(
         out.print(_rejections(doc))
     if not result.ranked:
         raise fail(f"no plan fits: {result.why_nothing()}", 1)
+    if quiet:
+        return
     out.print(_table(doc))
     counts = doc["counts"]
     out.print(f"{counts['enumerated']:,} candidates: {counts['invalid']:,} invalid, "

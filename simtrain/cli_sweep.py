@@ -20,6 +20,7 @@ from rich.progress import (
 from rich.table import Table
 
 from simtrain.cli_errors import fail
+from simtrain.cli_options import QuietOption, ReportAssetsOption
 from simtrain.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -52,8 +53,9 @@ def sweep(
     fresh: Annotated[bool, typer.Option("--fresh", help="forget finished points and "
                                         "start over")] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="skip the HTML report")] = False,
+    report_assets: ReportAssetsOption = "inline",
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Run every point of a sweep; write results.parquet/.csv, journal.jsonl, report.html."""
     from simtrain.study.executors import make_executor
@@ -64,6 +66,9 @@ def sweep(
     err = Console(stderr=True)
 
     try:
+        from simtrain.report.html import check_assets
+
+        check_assets(report_assets)
         spec = load_sweep(sweep_file)
         if batch is not None and batch < 1:
             raise ValueError(f"--batch-size must be at least 1, got {batch}")
@@ -93,7 +98,8 @@ def sweep(
     try:
         with progress:
             result = run_sweep(spec, folder, executor=runner, batch=batch, fresh=fresh,
-                               report=not no_report, on_start=on_start, on_point=on_point)
+                               report=not no_report, report_assets=report_assets,
+                               on_start=on_start, on_point=on_point)
     except ScenarioError as exc:
         raise fail(str(exc), 2) from None
     except JournalBusy as exc:
@@ -109,7 +115,7 @@ def sweep(
         runner.close()
     if as_json:
         sys.stdout.write(json.dumps(_as_json(result), indent=2, default=str) + "\n")
-    else:
+    elif not quiet:
         Console().print(_table(result))
 
 

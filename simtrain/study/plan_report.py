@@ -86,11 +86,11 @@ def tradeoff_figure(result: PlanResult) -> go.Figure:
     return fig
 
 
-def render_plan_report(result: PlanResult, runs: list[Any]) -> str:
+def render_plan_report(result: PlanResult, runs: list[Any], assets: str = "inline") -> str:
     """The report; ``runs`` are SimulationResults of the first plans, in rank order."""
     spec, counts = result.spec, result.counts
     rows = result.rows()
-    div = FigureDivs()
+    div = FigureDivs(assets)
     facts = (f"{spec.tokens:.3g} tokens · global batch {spec.global_batch:,} × "
              f"{spec.seq_len:,} tokens · nodes {', '.join(map(str, spec.nodes))} · "
              f"{counts['enumerated']:,} candidates: {counts['invalid']:,} invalid, "
@@ -126,9 +126,10 @@ def render_plan_report(result: PlanResult, runs: list[Any]) -> str:
     return page(f"plan {spec.name}", "\n".join(parts))
 
 
-def write_plan_report(result: PlanResult, path: Path | str, *, charts: int = 3) -> Path:
+def write_plan_report(result: PlanResult, path: Path | str, *, charts: int = 3,
+                      assets: str = "inline") -> Path:
     """Simulate (or reuse) the first ``charts`` plans and write the report; return its path."""
     from simtrain.study.plan import simulate_ranked
 
     runs = simulate_ranked(result, charts)
-    return write_report(path, render_plan_report(result, runs))
+    return write_report(path, render_plan_report(result, runs, assets))

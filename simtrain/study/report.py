@@ -45,10 +45,10 @@ HEAT_COLORSCALE = "Blues"
 UNIFORM_REL = 1e-9  # values this close to each other count as one value
 
 
-def render_sweep_report(result: SweepResult) -> str:
+def render_sweep_report(result: SweepResult, assets: str = "inline") -> str:
     """The report for a finished (or partial) sweep as one HTML string (deterministic)."""
     spec, rows = result.spec, result.rows
-    div = FigureDivs()
+    div = FigureDivs(assets)
     counts = result.counts
     parts = [f"<header><h1>Sweep: {html.escape(spec.name)}</h1>",
              f'<p class="muted">{len(rows):,} of {len(spec):,} points · {counts["ok"]:,} ok · '
@@ -70,9 +70,10 @@ def render_sweep_report(result: SweepResult) -> str:
     return page(f"sweep {spec.name}", "\n".join(parts))
 
 
-def write_sweep_report(result: SweepResult, path: Path) -> Path:
-    """Render and write the report (creating folders); return its path."""
-    return write_report(path, render_sweep_report(result))
+def write_sweep_report(result: SweepResult, path: Path, assets: str = "inline") -> Path:
+    """Render and write the report (creating folders; plotly.js beside it when
+    ``assets="external"``); return its path."""
+    return write_report(path, render_sweep_report(result, assets))
 
 
 def metric_figures(spec: SweepSpec, rows: Sequence[dict[str, Any]]

@@ -72,6 +72,7 @@ def check_axes(spec: SweepSpec, first: Point) -> None:
 
 def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = None,
               batch: int | None = None, fresh: bool = False, report: bool = True,
+              report_assets: str = "inline",
               on_start: Callable[[int, int], None] | None = None,
               on_point: Progress | None = None, table_every_s: float = 2.0) -> SweepResult:
     """Run every point of ``spec`` not yet done in ``out``/journal.jsonl; return the table.
@@ -127,7 +128,7 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
     if report:
         from simtrain.study.report import write_sweep_report
 
-        files["report"] = write_sweep_report(result, out / "report.html")
+        files["report"] = write_sweep_report(result, out / "report.html", report_assets)
     result.wall_s = time.perf_counter() - t0
     return result
 

@@ -55,3 +55,21 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
                         (["--batch-size", "0"], "--batch-size must be at least 1")):
         result = CliRunner().invoke(app, ["sweep", str(sweep), *args])
         assert result.exit_code == 2 and words in result.output, result.output
+
+
+def test_quiet_prints_nothing_and_external_assets_sit_beside_the_report(tmp_path: Path) -> None:
+    from simtrain.report.html import plotly_asset_name
+
+    sweep = _sweep(tmp_path, "  model.num_layers: [1, 2]\n")
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--out", str(out), "--executor",
+                                      "serial", "-q", "--report-assets", "external"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert f'src="{plotly_asset_name()}"' in html and "plotly.js v" not in html
+    assert (out / plotly_asset_name()).is_file()
+    bad = CliRunner().invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "b"),
+                                   "--executor", "serial", "--report-assets", "cdn"])
+    assert bad.exit_code == 2 and "got 'cdn'" in bad.output
+    assert not (tmp_path / "b").exists()

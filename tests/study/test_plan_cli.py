@@ -26,7 +26,7 @@ TINY = ["plan", "--model", "tiny-gpt", "--cluster", "dgx-a100", "--nodes", "1",
 
 
 def test_price_gives_a_cost_column_and_explain_lists_rejections() -> None:
-    res = CliRunner().invoke(app, [*TINY, "--price", "2.5", "--explain", "-q"])
+    res = CliRunner().invoke(app, [*TINY, "--price", "2.5", "--explain"])
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "rejected candidates by reason" in out and "batch" in out
@@ -80,3 +80,17 @@ def test_report_has_goodput_rejections_and_tradeoff(tmp_path: Path) -> None:
     for part in ('id="goodput"', 'id="rejected"', 'id="tradeoff"', "Pareto front",
                  "search step", "final step", "Daly", "gantt-plan-1"):
         assert part in text, part
+
+
+def test_quiet_prints_nothing_and_external_assets_sit_beside_the_report(tmp_path: Path) -> None:
+    from simtrain.report.html import plotly_asset_name
+
+    report = tmp_path / "plan.html"
+    res = CliRunner().invoke(app, [*TINY, "-q", "--report", str(report), "--charts", "1",
+                                   "--report-assets", "external"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == ""
+    assert f'src="{plotly_asset_name()}"' in report.read_text(encoding="utf-8")
+    assert (tmp_path / plotly_asset_name()).is_file()
+    bad = CliRunner().invoke(app, [*TINY, "--report-assets", "cdn"])
+    assert bad.exit_code == 2 and "got 'cdn'" in bad.output
