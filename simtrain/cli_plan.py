@@ -61,8 +61,9 @@ def plan(
         "--final-top", help="plans re-simulated with the final network [default: --top]")
                          ] = None,
     rank_by: Annotated[str | None, typer.Option(
-        "--rank-by", help="time (time-to-train), cost, or pareto (time vs cost vs memory "
-                          "headroom) [default: time]")] = None,
+        "--rank-by", help="time (time-to-train), cost, pareto (time vs cost vs memory "
+                          "headroom) or p99 (jittered final steps; needs a variability "
+                          "section) [default: time]")] = None,
     price: Annotated[float | None, typer.Option(
         "--price", help="price per GPU-hour, for the cost column")] = None,
     checkpoint_interval: Annotated[str | None, typer.Option(
@@ -241,12 +242,12 @@ def _located(path: Path, message: str) -> ScenarioError:
 
 
 def _table(doc: dict[str, Any]) -> Table:
-    from simtrain.study.plan_result import HEAD, format_rows
+    from simtrain.study.plan_result import HEAD, format_rows, shown_columns
 
     table = Table(title=f"simtrain plan · {doc['plan']} · {doc['tokens']:.3g} tokens · "
                         f"ranked by {doc['rank_by']}")
     rows = format_rows(doc["ranked"])
-    keep = [i for i, head in enumerate(HEAD) if head != "cost" or any(r[i] for r in rows)]
+    keep = shown_columns(rows)
     for i in keep:
         table.add_column(HEAD[i], justify="left" if i == 1 else "right")
     for row in rows:

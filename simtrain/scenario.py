@@ -22,6 +22,7 @@ from simtrain.errors import ScenarioError
 from simtrain.hardware.topology import CLUSTER_PRESETS, ClusterConfig
 from simtrain.limits import MAX_SLOWDOWN, size_problems
 from simtrain.parallel.plan import ParallelismConfig
+from simtrain.study.variability import Jitter
 from simtrain.training import TrainingConfig
 from simtrain.units import Seconds
 from simtrain.workload.compute import ComputeConfig
@@ -50,6 +51,25 @@ class Straggler(BaseModel):
         return value
 
 
+class LinkSlowdown(BaseModel):
+    """A cable (both directions) that carries ``slowdown`` x less than its rated bandwidth:
+    a link retrained at a lower rate, a congested or flapping port. ``between`` names its
+    two ends as the topology does (``simtrain topology --report`` shows them on hover)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    between: tuple[str, str]
+    slowdown: float
+
+    @field_validator("slowdown")
+    @classmethod
+    def _slowdown(cls, value: float) -> float:
+        if not 1.0 <= value <= MAX_SLOWDOWN:  # also rejects NaN
+            raise ValueError(f"slowdown divides the link's bandwidth: 1..{MAX_SLOWDOWN:g} "
+                             f"(1 = rated speed), got {value!r}")
+        return value
+
+
 class SimConfig(BaseModel):
     """The scenario's ``sim:`` section: how to simulate, not what."""
 
@@ -70,6 +90,11 @@ class SimConfig(BaseModel):
     network: Literal["flow", "analytic"] = "flow"
     # rank -> {delay, slowdown}: stragglers (the whole group waits for them).
     stragglers: dict[int, Straggler] = Field(default_factory=dict)
+    # Slow cables: [{between: [n0.nic0, leaf0.rail0], slowdown: 2}] (names as the topology).
+    link_slowdowns: list[LinkSlowdown] = Field(default_factory=list)
+    # Jitter over N steps (per-rank compute and start, per-cable bandwidth): the summary
+    # gains "variability" with p50/p99 step times (simtrain.study.variability).
+    variability: Jitter | None = None
     # "explicit": every rank. "symmetric": one data-parallel replica simulated, the others
     # mirrored, their traffic as link weights. "auto": symmetric when replicas are
     # identical (no faults, no MoE imbalance, a preset cluster).
@@ -351,6 +376,14 @@ def _check(src: _Source, scenario: Scenario, *, parallelism: bool = True) -> Non
                 problems.append((f"sim.{section}.{rank}",
                                  f"rank {rank} is not in the cluster; accepted: ranks 0.."
                                  f"{cluster.num_gpus - 1} ({cluster.num_gpus} GPUs)"))
+    cables = {(lk.src, lk.dst) for lk in cluster.links}
+    for i, slow in enumerate(scenario.sim.link_slowdowns):
+        a, b = slow.between
+        if (a, b) not in cables and (b, a) not in cables:
+            problems.append((f"sim.link_slowdowns.{i}.between",
+                             f"no link between {a!r} and {b!r} in this cluster; name two "
+                             f"adjacent nodes as `simtrain topology` shows them, e.g. "
+                             f"{cluster.links[0].src!r} and {cluster.links[0].dst!r}"))
     if problems:
         field, message = problems[0]
         raise src.error(tuple(field.split(".")), message)

@@ -135,6 +135,7 @@ def fidelity(scenario: Scenario, cluster: Cluster) -> str:
     sim, model = scenario.sim, scenario.model
     differ = [why for why, present in (
         ("hung or straggling ranks (sim.hangs, sim.stragglers)", sim.hangs or sim.stragglers),
+        ("slow links (sim.link_slowdowns)", sim.link_slowdowns),
         ("MoE routing imbalance (expert ranks carry different loads)",
          model.num_experts and model.routing_imbalance),
         ("a custom topology (servers may be wired differently)",
@@ -246,7 +247,8 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    cluster = build_cluster(scenario.cluster)
+    cluster = build_cluster(scenario.cluster).with_link_slowdowns(
+        [(s.between, s.slowdown) for s in scenario.sim.link_slowdowns])
     recipe = scenario.training.fp8_recipe
     if recipe is not None:
         try:
@@ -282,6 +284,11 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
             "deadlock": str(exc)})
         raise
     summary = _summary(scenario, cluster, plan, graph, timeline, memory)
+    if sim.variability is not None:
+        from simtrain.study.variability import simulate_steps
+
+        summary["variability"] = simulate_steps(
+            scenario, sim.variability, baseline_s=float(summary["step_time_s"])).as_dict()
     return SimulationResult(scenario, cluster, graph, timeline, summary)
 
 

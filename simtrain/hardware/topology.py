@@ -18,9 +18,11 @@ Default latencies (per link; a route's latency is the sum over its links):
 
 from __future__ import annotations
 
+import copy
 import operator
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from itertools import pairwise
 from typing import Any, Literal
@@ -262,6 +264,25 @@ class Cluster:
     def successors(self) -> dict[str, list[str]]:
         """Each node's link destinations in the graph's adjacency order (no graph built)."""
         return self._builder.successors()
+
+    def with_link_slowdowns(self, slowdowns: Sequence[tuple[tuple[str, str], float]]
+                            ) -> Cluster:
+        """A copy whose cables ``(a, b)`` (both directions) carry bandwidth / slowdown;
+        factors for the same cable multiply. Routes are shared (same links, same ids); the
+        copy is not uniform (its servers are no longer wired alike)."""
+        factor: dict[int, float] = {}
+        for (a, b), slow in slowdowns:
+            for key in ((a, b), (b, a)):
+                if key in self._edge_ids:
+                    i = self._edge_ids[key]
+                    factor[i] = factor.get(i, 1.0) * slow
+        if not factor:
+            return self
+        out = copy.copy(self)
+        out.links = [replace(lk, bandwidth=lk.bandwidth / factor[lk.id]) if lk.id in factor
+                     else lk for lk in self.links]
+        out.uniform = False
+        return out
 
     def _check_rank(self, rank: int) -> int:
         try:

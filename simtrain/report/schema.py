@@ -90,6 +90,13 @@ METRICS: tuple[Metric, ...] = (
     # With measured per-op tables (compute.tables): the share of compute time they gave.
     Metric("measured_compute.measured_fraction", "compute from measured tables", "fraction",
            None, frozenset({"cli"}), optional=True),
+    # With sim.variability: step times over N jittered steps (simtrain.study.variability).
+    Metric("variability.p50_step_s", "p50 step (jittered)", "s", "lower",
+           frozenset({"cli", "card", "compare"}), optional=True),
+    Metric("variability.p99_step_s", "p99 step (jittered)", "s", "lower",
+           frozenset({"cli", "card", "compare"}), optional=True),
+    Metric("variability.tail_from_sync", "p99 tail from synchronisation", "fraction", None,
+           frozenset({"cli", "compare"}), optional=True),
     _m("comm_bytes_per_gpu", "bytes communicated per GPU", "bytes", "lower", "cli",
        "compare"),
     _m("parameters", "parameters", "params", None, "cli"),
@@ -103,7 +110,8 @@ BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 # Summary entries that are not one number: names, nested breakdowns, run facts.
 DETAIL_KEYS = ("scenario", "gpu", "exposed_comm_by_kind", "memory_breakdown", "parallelism",
                "launch_bound",
-               "fidelity", "network", "notes", "measured_compute", "report", "trace")
+               "fidelity", "network", "notes", "measured_compute", "report", "trace",
+               "variability")
 
 
 def shown_in(where: Where) -> tuple[Metric, ...]:

@@ -36,6 +36,7 @@ from simtrain.study.plan_candidates import (
     Checker,
     candidate_scenario,
     enumerate_candidates,
+    final_scenario,
 )
 from simtrain.study.plan_result import PlanResult, fmt_duration, format_rows, pareto_front
 from simtrain.study.plan_spec import (
@@ -291,7 +292,8 @@ def _final_runs(result: PlanResult, executor: Any, progress: Progress | None,
     else:
         order = sorted(simulated, key=lambda c: result.key(c, step(c)))
     final = order[:spec.final_count]
-    todo = final if spec.final_network != "analytic" else []
+    # the search's own runs were analytic: rerun only for another network or jittered steps
+    todo = final if spec.final_network != "analytic" or spec.variability is not None else []
     done = 0
 
     def finish(cand: Candidate, summary: dict[str, Any]) -> None:
@@ -302,16 +304,16 @@ def _final_runs(result: PlanResult, executor: Any, progress: Progress | None,
             progress("final", done, len(todo))
 
     pooled = todo[keep:]
-    jobs = [(j, candidate_scenario(spec, c, spec.final_network)) for j, c in enumerate(pooled)]
+    jobs = [(j, final_scenario(spec, c)) for j, c in enumerate(pooled)]
     for j, outcome in executor.imap_unordered(_indexed, jobs):
         if "summary" not in outcome:  # the analytic run passed: a bug, not a bad plan
             raise RuntimeError(f"final run of {pooled[j].label} failed: {outcome['error']}")
         finish(pooled[j], outcome["summary"])
     for cand in todo[:keep]:
-        run = simulate(load_scenario(candidate_scenario(spec, cand, spec.final_network)))
+        run = simulate(load_scenario(final_scenario(spec, cand)))
         result.runs[id(cand)] = run
         finish(cand, json.loads(json.dumps(run.summary, default=str)))
-    final.sort(key=lambda c: result.key(c, step(c)))
+    final.sort(key=lambda c: result.key(c, result.rank_step(c)))
     rest = order[len(final):]
     # a Pareto ranking keeps the whole front; the others the top plans (final runs first)
     result.ranked = final + rest if spec.rank_by == "pareto" else (final + rest)[:spec.top]

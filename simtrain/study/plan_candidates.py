@@ -153,6 +153,15 @@ def candidate_scenario(spec: PlanSpec, cand: Candidate, network: str = "analytic
     return base
 
 
+def final_scenario(spec: PlanSpec, cand: Candidate) -> dict[str, Any]:
+    """``cand``'s scenario for its final run: the final network, and the plan's jittered
+    steps when it has a variability section."""
+    data = candidate_scenario(spec, cand, spec.final_network)
+    if spec.variability is not None:
+        data["sim"]["variability"] = spec.variability.model_dump()
+    return data
+
+
 class Checker:
     """Stage 1 of the search for one node count: invalid, oom, or feasible with a bound."""
 

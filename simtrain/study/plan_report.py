@@ -14,7 +14,13 @@ import plotly.graph_objects as go
 
 from simtrain.report.gantt import gantt_figure
 from simtrain.report.html import FigureDivs, cards_html, page, write_report
-from simtrain.study.plan_result import HEAD, fmt_duration, format_rows, pareto_front
+from simtrain.study.plan_result import (
+    HEAD,
+    fmt_duration,
+    format_rows,
+    pareto_front,
+    shown_columns,
+)
 from simtrain.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:
@@ -100,7 +106,10 @@ def render_plan_report(result: PlanResult, runs: list[Any], assets: str = "inlin
              f"{spec.final_network} for the best {spec.final_count}")
     parts = [f"<header><h1>Plan: {html.escape(spec.name)}</h1>"
              f'<p class="muted">{html.escape(facts)}</p></header>']
-    parts.append(f'<section id="ranking"><h2>Ranking</h2>{_table(HEAD, format_rows(rows))}'
+    cells = format_rows(rows)
+    keep = shown_columns(cells)
+    table = _table([HEAD[i] for i in keep], [[r[i] for i in keep] for r in cells])
+    parts.append(f'<section id="ranking"><h2>Ranking</h2>{table}'
                  f'<p class="muted">search step: the analytic (idle network) simulation the '
                  f"search ranked by; final step: the {spec.final_network} network run, with "
                  f"its change in brackets. Time to train and GPU-hours include failures and "

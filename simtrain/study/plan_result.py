@@ -48,6 +48,14 @@ class PlanResult:
     def step_of(cand: Candidate) -> float:
         return float((cand.summary or {})["step_time_s"])
 
+    def rank_step(self, cand: Candidate) -> float:
+        """The step the final ranking uses: the p99 of the jittered steps with ``rank_by:
+        p99`` (when the run has them), else the simulated step."""
+        jittered = (cand.summary or {}).get("variability")
+        if self.spec.rank_by == "p99" and isinstance(jittered, dict):
+            return float(jittered["p99_step_s"])
+        return self.step_of(cand)
+
     def goodput_of(self, cand: Candidate, step_s: float, *, strict: bool = False
                    ) -> Goodput:
         """Failures and checkpoints for ``cand`` at a step of ``step_s`` seconds. A given
@@ -95,6 +103,8 @@ class PlanResult:
             "memory_headroom_gib": cand.headroom_gib,
             "bubble_fraction": summary.get("bubble_fraction"),
             "exposed_comm_s": summary.get("exposed_comm_s"),
+            "p50_step_s": (summary.get("variability") or {}).get("p50_step_s"),
+            "p99_step_s": (summary.get("variability") or {}).get("p99_step_s"),
             "time_to_train_s": ttt, "time_to_train_days": ttt / 86400.0,
             "gpu_hours": gpus * ttt / 3600.0, "network": summary.get("network"),
             **g.as_dict(),
@@ -166,7 +176,8 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds:,.1f} s"
 
 
-HEAD = ("#", "plan", "GPUs", "search step", "final step", "tokens/s", "MFU", "memory (GiB)",
+HEAD = ("#", "plan", "GPUs", "search step", "final step", "p99 step", "tokens/s", "MFU",
+        "memory (GiB)",
         "goodput", "time to train", "GPU-hours", "cost")
 
 
@@ -178,18 +189,26 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
 
     out = []
     for r in rows:
+        p99 = "" if r.get("p99_step_s") is None else fmt_seconds(float(r["p99_step_s"]))
         hours = float(r["effective_gpu_hours"])
         final = float(r["step_time_s"])
         search = float(r["search_step_time_s"])
         jump = f" ({final / search - 1:+.0%})" if abs(final / search - 1) >= 0.005 else ""
         cost = "" if r["cost"] is None else _amount(float(r["cost"]))
         out.append([str(r["rank"]), r["plan"], f"{r['gpus']:,}", fmt_seconds(search),
-                    fmt_seconds(final) + jump, f"{r['tokens_per_s']:,.0f}",
+                    fmt_seconds(final) + jump, p99, f"{r['tokens_per_s']:,.0f}",
                     f"{float(r['mfu'] or 0):.1%}", f"{float(r['peak_memory_gib'] or 0):.1f}",
                     f"{float(r['goodput']):.1%}",
                     fmt_duration(float(r["effective_time_to_train_s"])),
                     _amount(hours), cost])
     return out
+
+
+def shown_columns(rows: Sequence[Sequence[str]]) -> list[int]:
+    """Indexes of ``HEAD`` worth a column for these formatted rows: cost and p99 only when
+    some plan has one (a price was given; the final runs were jittered)."""
+    return [i for i, head in enumerate(HEAD)
+            if head not in ("cost", "p99 step") or any(r[i] for r in rows)]
 
 
 def _amount(value: float) -> str:

@@ -21,11 +21,13 @@ from ruamel.yaml.error import YAMLError
 
 from simtrain.errors import ScenarioError
 from simtrain.study.goodput import GoodputConfig, goodput_config
+from simtrain.study.variability import Jitter
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
-RANK_BY = ("time", "cost", "pareto")
+# p99: the final runs' 99th-percentile step over the ``variability`` section's jittered steps.
+RANK_BY = ("time", "cost", "pareto", "p99")
 # Rank orders searched by default, innermost first: Megatron-LM's (TP, CP, PP, DP; Llama 3
 # §3.3.2) and torchtitan's device mesh (pp outermost, then dp, cp, tp innermost).
 DEFAULT_ORDERS = ("tp-cp-pp-dp", "tp-cp-dp-pp")
@@ -83,6 +85,8 @@ class PlanSpec:
     granularity: Literal["op", "layer", "stage"] = "stage"
     rank_by: str = "time"
     goodput: GoodputConfig = field(default_factory=GoodputConfig)
+    # Jittered steps for the final runs (sim.variability): p50/p99 beside each final plan.
+    variability: Jitter | None = None
 
     @property
     def final_count(self) -> int:
@@ -123,7 +127,8 @@ def _names(value: Any, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-_TOP_KEYS = {"name", "model", "cluster", "training", "search", "compute", "comm", "goodput"}
+_TOP_KEYS = {"name", "model", "cluster", "training", "search", "compute", "comm", "goodput",
+             "variability"}
 _TRAINING_KEYS = {"tokens", "seq_len", "global_batch", "global_batch_tokens", "dtype"}
 DEGREE_KEYS = ("tp", "pp", "cp", "ep")
 _SEARCH_KEYS = {*DEGREE_KEYS, "top", "final_top", "micro_batch", "zero", "recompute",
@@ -182,8 +187,31 @@ def plan_spec(data: Mapping[str, Any], *, name: str = "plan") -> PlanSpec:
                     global_batch=batch, dtype=str(train.get("dtype", "bf16")),
                     compute=dict(data.get("compute") or {}), comm=dict(data.get("comm") or {}),
                     goodput=goodput_config(data.get("goodput")))
+    spec.variability = _variability(data.get("variability"))
     _search(spec, dict(data.get("search") or {}))
+    if spec.rank_by == "p99" and spec.variability is None:
+        raise ValueError("search.rank_by: p99 ranks the final runs by their jittered steps; "
+                         "add a variability section, e.g. variability: {sigma: 0.02, "
+                         "steps: 20}")
     return spec
+
+
+def _variability(raw: Any) -> Jitter | None:
+    """The ``variability:`` section as a Jitter (ValueError naming the key)."""
+    from pydantic import ValidationError
+
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValueError("variability: a mapping is required, e.g. variability: {sigma: 0.02, "
+                         "delay_s: 0.001, link_sigma: 0.1, steps: 20, seed: 0}")
+    try:
+        return Jitter(**raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"variability.{where}: {first['msg']}".replace(
+            "Value error, ", "")) from None
 
 
 def _search(spec: PlanSpec, search: dict[str, Any]) -> None:

@@ -43,8 +43,16 @@ def test_surfaces_read_the_schema(summary):
     assert "compute from measured tables" in [
         str(c) for c in _summary_table(with_tables).columns[0]._cells]
     cards = cards_html(summary)
-    assert all(f">{m.label}<" in cards for m in shown_in("card") if "bubble" not in m.key)
-    assert list(differences([summary, summary])) == [m.key for m in COMPARE_METRICS]
+    assert all(f">{m.label}<" in cards for m in shown_in("card")
+               if "bubble" not in m.key and not m.optional)
+    assert list(differences([summary, summary])) == [m.key for m in COMPARE_METRICS
+                                                     if not m.optional]
+    # An optional metric is shown where the run has it: jittered steps (sim.variability).
+    jittered = {**summary, "variability": {"p50_step_s": 1.0, "p99_step_s": 1.2,
+                                           "tail_from_sync": 0.5}}
+    assert ">p99 step (jittered)<" in cards_html(jittered)
+    assert "p99 step (jittered)" in [str(c) for c in _summary_table(jittered).columns[0]._cells]
+    assert "variability.p99_step_s" in differences([jittered, jittered])
 
 
 def test_idle_time_is_named_by_its_cause():

@@ -73,3 +73,22 @@ def test_quiet_prints_nothing_and_external_assets_sit_beside_the_report(tmp_path
                                    "--executor", "serial", "--report-assets", "cdn"])
     assert bad.exit_code == 2 and "got 'cdn'" in bad.output
     assert not (tmp_path / "b").exists()
+
+
+def test_a_sweep_ranks_by_the_p99_of_jittered_steps(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text("cluster: {preset: dgx-a100, nodes: 1}\nmodel: {preset: tiny-gpt}\n"
+                    "training: {global_batch_size: 8, micro_batch_size: 1, seq_len: 512}\n"
+                    "sim: {granularity: layer, network: analytic,\n"
+                    "      variability: {sigma: 0.05, delay_s: 0.001, steps: 2, seed: 4}}\n")
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"base: {base}\naxes:\n  model.num_layers: [1, 2]\n"
+                     "objective: {metric: variability.p99_step_s, goal: min}\n")
+    result = CliRunner().invoke(app, ["sweep", str(sweep), "--out", str(tmp_path / "o"),
+                                      "--executor", "serial", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    p99 = [r["variability.p99_step_s"] for r in doc["rows"]]
+    assert all(p > 0 for p in p99)
+    # the best point is the one with the lower p99 (rows are in grid order: 1 then 2 layers)
+    assert doc["best"]["values"] == {"model.num_layers": 1 if p99[0] <= p99[1] else 2}

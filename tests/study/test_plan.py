@@ -185,7 +185,7 @@ def test_cli_table_and_plan_file(tmp_path: Path) -> None:
                     "training: {tokens: 1G, seq_len: 512, global_batch: 16}\n"
                     "search: {top: 1, final_network: analytic, zero: [1], "
                     "recompute: [none]}\n")
-    res = CliRunner().invoke(app, ["plan", str(path), "--executor", "serial", "-q"])
+    res = CliRunner().invoke(app, ["plan", str(path), "--executor", "serial"])
     assert res.exit_code == 0, res.output
     assert "simtrain plan" in res.stdout and "candidates" in res.stdout
     res = CliRunner().invoke(app, ["plan", str(path), "--executor", "serial", "--top", "2",

@@ -94,3 +94,35 @@ def test_quiet_prints_nothing_and_external_assets_sit_beside_the_report(tmp_path
     assert (tmp_path / plotly_asset_name()).is_file()
     bad = CliRunner().invoke(app, [*TINY, "--report-assets", "cdn"])
     assert bad.exit_code == 2 and "got 'cdn'" in bad.output
+
+
+def test_rank_by_p99_jitters_the_final_runs_and_ranks_by_their_tail(tmp_path: Path) -> None:
+    # Start delays of mean 2 ms against steps of a few ms: each final plan gets 3 jittered
+    # steps, its p99 is at least its simulated step, and the final order follows the p99.
+    path = tmp_path / "p.yaml"
+    path.write_text("model: {preset: tiny-gpt}\ncluster: {preset: dgx-a100, nodes: 1}\n"
+                    "training: {tokens: 1G, seq_len: 512, global_batch: 16}\n"
+                    "variability: {sigma: 0.0, delay_s: 0.002, steps: 3, seed: 1}\n"
+                    "search: {top: 3, final_network: analytic, zero: [1], recompute: [none],"
+                    " rank_by: p99}\n")
+    res = CliRunner().invoke(app, ["plan", str(path), "--executor", "serial", "--json"])
+    assert res.exit_code == 0, res.output
+    ranked = json.loads(res.stdout)["ranked"]
+    p99 = [r["p99_step_s"] for r in ranked]
+    assert all(p is not None for p in p99) and p99 == sorted(p99)
+    assert all(r["p99_step_s"] >= r["p50_step_s"] >= r["step_time_s"] for r in ranked)
+    table = CliRunner().invoke(app, ["plan", str(path), "--executor", "serial"])
+    assert "p99 step" in table.stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("search: {rank_by: p99}\n", "add a variability section"),
+    ("variability: {steps: 0}\n", "variability.steps"),
+    ("variability: {shake: 1}\n", "variability.shake"),
+])
+def test_bad_variability_in_a_plan_exits_2(tmp_path: Path, extra: str, message: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("model: {preset: tiny-gpt}\ncluster: {preset: dgx-a100, nodes: 1}\n"
+                    "training: {tokens: 1G, seq_len: 512, global_batch: 16}\n" + extra)
+    res = CliRunner().invoke(app, ["plan", str(path), "--executor", "serial"])
+    assert res.exit_code == 2 and message in res.output, res.output

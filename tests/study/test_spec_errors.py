@@ -56,4 +56,5 @@ def test_every_objective_metric_is_a_number_in_a_real_summary() -> None:
     for metric in OBJECTIVE_METRICS:
         assert isinstance(summary[metric], int | float), metric
     assert is_objective_metric("exposed_comm_by_kind.dp_comm")
+    assert is_objective_metric("variability.p99_step_s")  # with sim.variability in the base
     assert not is_objective_metric("exposed_comm_by_kind.") and not is_objective_metric("x")

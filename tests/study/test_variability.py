@@ -9,6 +9,7 @@ import pytest
 
 from simtrain.study.variability import (
     Jitter,
+    jittered_cables,
     percentile,
     sample_jitter,
     simulate_steps,
@@ -75,3 +76,60 @@ def test_start_delays_make_a_synchronous_tail() -> None:
 def test_bad_jitter_is_a_value_error(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Jitter(**kwargs)
+
+
+TWO_NODES: dict[str, Any] = {
+    **TINY, "cluster": {"preset": "dgx-a100", "nodes": 2},
+    "training": {"global_batch_size": 16, "micro_batch_size": 1, "seq_len": 512},
+}
+
+
+def test_link_jitter_only_slows_steps_and_is_seeded() -> None:
+    # No rank jitter: any step above T0 comes from the scale-out cables (the gradient
+    # all-reduce crosses them); a divisor exp(0.5|Z|) >= 1 can never speed a step up.
+    j = Jitter(sigma=0.0, link_sigma=0.5, steps=3, seed=3)
+    v = simulate_steps(TWO_NODES, j)
+    assert all(s >= v.baseline_s * (1 - 1e-9) for s in v.steps_s)
+    assert max(v.steps_s) > v.baseline_s * 1.001
+    assert simulate_steps(TWO_NODES, j).steps_s == v.steps_s
+    # the local (per-rank) p99 has no link term: T0 exactly, so the whole tail is sync's
+    assert v.local_p99_s == pytest.approx(v.baseline_s) and v.sync_share == 1.0
+
+
+def test_jittered_cables_are_the_scale_out_ones_once_each() -> None:
+    from simtrain.hardware.topology import ClusterConfig, build_cluster
+
+    cables = jittered_cables(build_cluster(ClusterConfig(preset="dgx-a100", nodes=2)))
+    # dgx-a100: 8 compute NICs per server on 8 rails -> 16 NIC-leaf cables, and each of the
+    # rail leaves to each spine; every one listed once, never an NVLink or PCIe link
+    assert len(cables) == len(set(cables)) and all(
+        (b, a) not in cables for a, b in cables)
+    assert sum(1 for a, b in cables if ".nic" in a or ".nic" in b) == 16
+
+
+def test_scenario_variability_block_adds_percentiles_to_the_summary() -> None:
+    from simtrain.scenario import load_scenario
+    from simtrain.simulate import simulate
+
+    data = {**TINY, "sim": {**TINY["sim"], "variability": {
+        "sigma": 0.0, "delay_s": 2e-3, "steps": 3, "seed": 1}}}
+    summary = simulate(load_scenario(data)).summary
+    v = summary["variability"]
+    assert v["steps"] == 3 and v["baseline_step_s"] == summary["step_time_s"]
+    assert v["p99_step_s"] >= v["p50_step_s"] >= summary["step_time_s"]
+    # the same numbers as the study function on the same scenario and seed
+    direct = simulate_steps(TINY, Jitter(sigma=0.0, delay_s=2e-3, steps=3, seed=1))
+    assert v["p99_step_s"] == pytest.approx(direct.p99_s)
+
+
+@pytest.mark.parametrize("variability, field", [
+    ({"steps": 0}, "sim.variability.steps"), ({"link_sigma": -1}, "sim.variability.link_sigma"),
+    ({"sigma": "lots"}, "sim.variability.sigma"), ({"wobble": 1}, "sim.variability.wobble"),
+])
+def test_bad_variability_block_names_the_field(variability: dict[str, Any], field: str) -> None:
+    from simtrain.errors import ScenarioError
+    from simtrain.scenario import load_scenario
+
+    with pytest.raises(ScenarioError) as info:
+        load_scenario({**TINY, "sim": {**TINY["sim"], "variability": variability}})
+    assert field in str(info.value)
