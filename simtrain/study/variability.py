@@ -57,7 +57,7 @@ class Jitter(BaseModel):
     def _non_negative(cls, value: Any, info: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) \
                 or not math.isfinite(value) or value < 0:
-            raise ValueError(f"jitter.{info.field_name} must be a finite number >= 0, "
+            raise ValueError(f"{info.field_name} must be a finite number >= 0, "
                              f"got {value!r}")
         return float(value)
 
@@ -65,7 +65,7 @@ class Jitter(BaseModel):
     @classmethod
     def _steps(cls, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
-            raise ValueError(f"jitter.steps must be an integer in 1..{MAX_STEPS}, got {value!r}")
+            raise ValueError(f"steps must be an integer in 1..{MAX_STEPS}, got {value!r}")
         return value
 
 

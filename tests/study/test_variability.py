@@ -70,8 +70,8 @@ def test_start_delays_make_a_synchronous_tail() -> None:
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"sigma": -0.1}, "jitter.sigma"), ({"delay_s": float("inf")}, "jitter.delay_s"),
-    ({"steps": 0}, "jitter.steps"),
+    ({"sigma": -0.1}, "sigma must"), ({"delay_s": float("inf")}, "delay_s must"),
+    ({"steps": 0}, "steps must"),
 ])
 def test_bad_jitter_is_a_value_error(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
