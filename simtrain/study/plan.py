@@ -122,7 +122,7 @@ def simulate_candidate(scenario: dict[str, Any]) -> dict[str, Any]:
 def _components(cluster: Any) -> dict[str, float]:
     """What can fail in ``cluster``: GPUs, hosts, NICs, network switches (and software,
     counted per GPU)."""
-    kinds = [k for _, k in cluster.graph.nodes(data="kind")]
+    kinds = [d["kind"] for d in cluster.node_attrs.values()]  # no networkx graph needed
     return {"gpu": cluster.num_gpus, "host": cluster.num_servers,
             "nic": sum(1 for k in kinds if k == "nic"),
             "switch": sum(1 for k in kinds if k in ("leaf", "spine")),
