@@ -42,23 +42,28 @@ from simtrain.parallel.pipeline_schedule import (
 from simtrain.parallel.zb_h2 import zb_h2
 from simtrain.parallel.zero_bubble import zb_h1
 
-__all__ = ["SCHEDULES", "Schedule", "ScheduleKind", "Step", "build_schedule", "make_schedule",
-           "peak_in_flight", "schedule_problems"]
+__all__ = ["SCHEDULES", "Costs", "Schedule", "ScheduleKind", "Step", "build_schedule",
+           "is_costed", "make_schedule", "peak_in_flight", "schedule_problems"]
 
 Problems = list[tuple[str, str]]  # (scenario field, message with the fix)
 
 
+Costs = tuple[float, float, float]  # a model chunk's F, B (input gradients) and W times
+
+
 @dataclass(frozen=True)
 class ScheduleKind:
-    """A registered schedule: ``steps(p, m, v)`` per stage, ``placement(p, v)``, and
+    """A registered schedule: ``steps(p, m, v)`` per stage (``steps(p, m, v, costs)`` if
+    ``costed``: built for a chunk's F, B, W times), ``placement(p, v)``, and
     ``problems(p, m, v)``: why it cannot run those degrees (empty when it can; m None when
     the microbatch count is not known)."""
 
     name: str
     summary: str
-    steps: Callable[[int, int, int], list[list[Step]]]
+    steps: Callable[..., list[list[Step]]]
     problems: Callable[[int, int | None, int], Problems]
     placement: Callable[[int, int], Placement] = looping
+    costed: bool = False
 
 
 def _gpipe(p: int, m: int, v: int) -> list[list[Step]]:
@@ -139,16 +144,27 @@ def schedule_problems(name: str, p: int, m: int | None, v: int) -> Problems:
     return _kind(name).problems(p, m, v)
 
 
-def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
-    """The schedule ``name`` for p stages, m microbatches and v model chunks per stage."""
+def is_costed(name: str) -> bool:
+    """Whether schedule ``name`` is built for the model's F, B, W times (``make_schedule``
+    ``costs``) rather than from the degrees alone."""
+    return _kind(name).costed
+
+
+def make_schedule(name: str, p: int, m: int, v: int = 1, costs: Costs | None = None
+                  ) -> Schedule:
+    """The schedule ``name`` for p stages, m microbatches and v model chunks per stage;
+    a costed schedule is built for a chunk's F, B, W times ``costs`` (None: equal)."""
     if p < 1 or m < 1 or v < 1:
         raise ValueError(f"need p, m, v >= 1, got p={p}, m={m}, v={v}")
     kind = _kind(name)
     problems = schedule_problems(name, p, m, v)
     if problems:
         raise ValueError(problems[0][1])
-    return Schedule(name, tuple(tuple(s) for s in kind.steps(p, m, v)), kind.placement(p, v),
-                    m)
+    if kind.costed:
+        steps = kind.steps(p, m, v, costs or (1.0, 1.0, 1.0))
+    else:
+        steps = kind.steps(p, m, v)
+    return Schedule(name, tuple(tuple(s) for s in steps), kind.placement(p, v), m)
 
 
 def build_schedule(kind: str, p: int, m: int, v: int = 1) -> list[list[Step]]:
