@@ -71,9 +71,10 @@ class ParallelismConfig(BaseModel):
     """How the step is split across GPUs. Data parallelism over every GPU by default.
 
     ``dp`` None means "whatever is left": world / (tp·cp·pp). ``pp_layers`` gives uneven
-    stages: transformer layers per model chunk, first to last (pp·vpp counts; model chunk
-    c·pp + i is chunk c of stage i), e.g. lighter first and last chunks as Megatron's
-    ``--decoder-first/last-pipeline-num-layers``. ``zero`` is the
+    stages: transformer layers per model chunk, first to last (pp·vpp counts, placed by the
+    schedule: looping puts model chunk c·pp + i in chunk c of stage i), e.g. lighter first
+    and last chunks as Megatron's ``--decoder-first/last-pipeline-num-layers``. ``zero`` is
+    the
     ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e. FSDP
     full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
     2022) or full (whole layers). ``cp_algorithm``: ring attention or all-gather of KV.

@@ -15,6 +15,9 @@ forward, gradients backward) into point-to-point transfers.
   stage i keeping i W's deferred to the cool-down.
 - ZB-H2 (Qi et al. 2024, ``zb_h2.py``): up to 2p - 1 microbatches in flight, extra warm-up
   F's and the W's deferred to the tail, so no stage idles when T_F = T_B = T_W.
+- ZB-V (Qi et al. 2024, ``zb_v.py``): two chunks per stage in a V (``v_shape``), list
+  scheduled for the model's F, B, W times within 2p chunk-microbatches in flight (1F1B's
+  memory); (p - 1)(f + b - 2w) idle, none when the three are equal.
 
 Bubble with uniform stages (forward f, backward b per microbatch and stage): GPipe and 1F1B
 both take (m + p - 1)·(f + b), a bubble fraction (p - 1)/(m + p - 1); interleaving divides
@@ -38,8 +41,10 @@ from simtrain.parallel.pipeline_schedule import (
     Step,
     looping,
     peak_in_flight,
+    v_shape,
 )
 from simtrain.parallel.zb_h2 import zb_h2
+from simtrain.parallel.zb_v import zb_v
 from simtrain.parallel.zero_bubble import zb_h1
 
 __all__ = ["SCHEDULES", "Costs", "Schedule", "ScheduleKind", "Step", "build_schedule",
@@ -116,6 +121,15 @@ def _interleaved_problems(p: int, m: int | None, v: int) -> Problems:
     return []
 
 
+def _two_chunks(name: str) -> Callable[[int, int | None, int], Problems]:
+    def problems(p: int, m: int | None, v: int) -> Problems:
+        if v == 2 and p >= 2:
+            return []
+        return [("parallelism.vpp", f"schedule: {name} places two model chunks per stage in "
+                 f"a V, so it needs pp >= 2 and vpp: 2 (got pp={p}, vpp={v}); set vpp: 2")]
+    return problems
+
+
 SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
     ScheduleKind("gpipe", "every forward, then every backward (Huang et al. 2019)",
                  _gpipe, _one_chunk("gpipe")),
@@ -128,6 +142,9 @@ SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
     ScheduleKind("zb-h2", "zero bubble with 2p - 1 microbatches in flight: extra warm-up "
                  "forwards, weight gradients in the tail (Qi et al. 2024)", zb_h2,
                  _one_chunk("zb-h2")),
+    ScheduleKind("zb-v", "zero bubble with 1F1B's memory: two chunks per stage in a V, "
+                 "weight gradients deferred within 2p chunks in flight (Qi et al. 2024)",
+                 zb_v, _two_chunks("zb-v"), lambda p, v: v_shape(p), costed=True),
 )}
 
 
