@@ -82,7 +82,9 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
                             op_time=op_timer(scenario, cluster, m))
         if min(costs) > 0:
             schedule = make_schedule(kind, dims.pp, m, dims.vpp, costs)
-    p2p = dt * b * (s // dims.cp) * cfg.hidden_size / (dims.tp if dims.sp else 1)
+    # SP, or Megatron's scatter-gather without it, sends each TP rank's 1/tp of it.
+    split = dims.sp or par.pp_scatter_gather
+    p2p = dt * b * (s // dims.cp) * cfg.hidden_size / (dims.tp if split else 1)
     return Plan(dims, m, units, schedule, float(p2p))
 
 
@@ -101,6 +103,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         p2p_bytes=plan.p2p_bytes, imbalance=scenario.model.routing_imbalance,
         capacity_factor=scenario.model.capacity_factor,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
+        pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
     )
     gpu, compute = cluster.gpu_spec, scenario.compute
 

@@ -42,7 +42,7 @@ from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, e
 from simtrain.parallel.emit import Emitter
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
-from simtrain.parallel.pipeline import run_schedule
+from simtrain.parallel.pipeline import receive, run_schedule
 from simtrain.parallel.pipeline_schedule import Schedule
 from simtrain.parallel.pipeline_schedule import Step as PipeStep
 from simtrain.parallel.program import is_core_attention
@@ -114,9 +114,8 @@ class Lowering:
         em = self.em
         st = em.state
         stage = step.stage
-        if incoming:
-            for r in em.stage_ranks[stage]:
-                st.frontier[r] = [*em.dep(r), incoming[r]]
+        if incoming:  # the transfer (scatter-gather: then its TP all-gather)
+            receive(em, step, incoming, self.o.p2p_bytes, self.o.pp_gather)
         grads = step.microbatch == self.o.micro_batches - 1 and step.phase != "F"
         meta = {"microbatch": step.microbatch, "chunk": step.chunk, "stage": stage}
         unit_starts: dict[int, list[list[int]]] = defaultdict(list)  # frontier per unit

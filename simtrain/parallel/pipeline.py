@@ -7,6 +7,11 @@ same order (every stage runs the same forward sequence), so every link stream is
 FIFO-consistent and cannot deadlock. Transfers use one stream per direction and link,
 shared by both ends ("pp fwd 0>1", "pp bwd 1>0"). Stages are emitted step by step from a
 worklist: a step whose input transfer does not exist yet waits for its producer.
+
+Megatron's scatter-gather (``--scatter-gather-tensors-in-pipeline``, without SP): each TP
+rank sends only its 1/tp slice of the activation (or gradient) to its partner, and the
+receiving stage all-gathers the slices over its TP group (intra-node) before the step:
+p2p bytes / tp, plus one TP all-gather of the whole tensor (``receive``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Callable
 
 from simtrain.parallel.emit import Emitter
 from simtrain.parallel.pipeline_schedule import Schedule, Step
+from simtrain.parallel.templates import Collective
 
 # (stage, chunk, microbatch, phase) -> rank -> the transfer the rank's step waits for
 Inbox = dict[tuple[int, int, int, str], dict[int, int]]
@@ -65,3 +71,18 @@ def send(em: Emitter, schedule: Schedule, step: Step, nbytes: float, inbox: Inbo
                               kind="pp_comm", stream=stream, deps=em.dep(src),
                               meta={"microbatch": step.microbatch, "chunk": step.chunk})
     inbox[(dst_s, dst_c, step.microbatch, step.phase)] = out
+
+
+def receive(em: Emitter, step: Step, incoming: dict[int, int], nbytes: float,
+            gather: bool) -> None:
+    """Make ``step``'s ranks wait for their ``incoming`` transfers; if ``gather``
+    (scatter-gather), then for the TP all-gather of the ``nbytes`` slices into the whole
+    tensor (``nbytes`` x tp), on the stage's TP stream."""
+    st = em.state
+    for r in em.stage_ranks[step.stage]:
+        st.frontier[r] = [*em.dep(r), incoming[r]]
+    if gather:
+        name = f"pp {step.phase} mb{step.microbatch} gather"
+        em.collective(step.stage, Collective(name, "pp_comm", "all_gather", "tp",
+                                             nbytes * em.dims.tp),
+                      {"microbatch": step.microbatch, "chunk": step.chunk})

@@ -102,6 +102,12 @@ class ParallelismConfig(BaseModel):
     tp_comm_overlap: bool = Field(
         False, description="pipeline TP all-gathers/reduce-scatters with their GEMMs in tp "
         "chunks (Transformer Engine userbuffers; needs sp)")
+    # Megatron-LM --scatter-gather-tensors-in-pipeline (on by default before Megatron-Core):
+    # each TP rank sends 1/tp of the activation to its partner on the next stage, which
+    # all-gathers it over TP (intra-node) instead of every rank sending all of it.
+    pp_scatter_gather: bool = Field(
+        False, description="send 1/tp of each activation between pipeline stages and "
+        "all-gather it over TP on the receiving stage (Megatron; for sp: false)")
     ddp: DDPConfig = Field(default_factory=DDPConfig)
 
     @field_validator("schedule")
@@ -265,6 +271,10 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
     options: list[tuple[str, str]] = []
     if par.tp_comm_overlap and par.tp > 1 and not par.sp:
         options.append(("parallelism.tp_comm_overlap", TP_OVERLAP_NEEDS_SP))
+    if par.pp_scatter_gather and par.sp:
+        options.append(("parallelism.pp_scatter_gather", "sequence parallelism already sends "
+                         "1/tp of each activation between stages (Megatron scatter-gathers "
+                         "only without SP); set pp_scatter_gather: false or sp: false"))
     if par.ddp.overlap_param_gather and par.zero not in (1, 2):
         options.append(("parallelism.ddp.overlap_param_gather",
                         PARAM_GATHER_NEEDS_ZERO.format(zero=par.zero)))
