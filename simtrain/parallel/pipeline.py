@@ -26,29 +26,50 @@ from simtrain.parallel.templates import Collective
 Inbox = dict[tuple[int, int, int, str], dict[int, int]]
 
 
+Incoming = dict[int, int] | None
+Overlapped = Callable[[list[tuple[Step, Incoming]], Callable[[Step], None]], None]
+
+
 def run_schedule(em: Emitter, schedule: Schedule, p2p_bytes: float,
-                 emit: Callable[[Step, dict[int, int] | None], None],
-                 done: Callable[[Step], None]) -> None:
+                 emit: Callable[[Step, Incoming], None], done: Callable[[Step], None],
+                 overlapped: Overlapped | None = None) -> None:
     """Emit every stage's steps through ``emit``, interleaved by a worklist so each step
-    comes after the transfer it needs; ``done`` runs after each step and its transfer."""
+    comes after the transfer it needs; ``done`` runs after each step and its transfer. A
+    group of overlapped steps (``Step.overlap``) waits for all its inputs and goes to
+    ``overlapped`` with a callback that sends each step's output and runs ``done``."""
     stages = schedule.stages
     p = len(stages)
     pos = [0] * p
     inbox: Inbox = {}
+
+    def key(step: Step) -> tuple[int, int, int, str]:
+        return (step.stage, step.chunk, step.microbatch, step.phase)
+
+    def finish(step: Step) -> None:
+        send(em, schedule, step, p2p_bytes, inbox)
+        done(step)
+
     while any(pos[s] < len(stages[s]) for s in range(p)):
         progressed = False
         for s in range(p):
             steps = stages[s]
             while pos[s] < len(steps):
-                step = steps[pos[s]]
-                key = (s, step.chunk, step.microbatch, step.phase)
-                needs = schedule.needs_input(step)
-                if needs and key not in inbox:
+                end = pos[s]
+                while steps[end].overlap and overlapped is not None:
+                    end += 1  # Schedule checks that a stage's last step is not flagged
+                group = steps[pos[s]:end + 1]
+                wants = [schedule.needs_input(st) for st in group]
+                if any(w and key(st) not in inbox for st, w in zip(group, wants, strict=True)):
                     break
-                emit(step, inbox.pop(key, None) if needs else None)
-                send(em, schedule, step, p2p_bytes, inbox)
-                done(step)
-                pos[s] += 1
+                items = [(st, inbox.pop(key(st)) if w else None)
+                         for st, w in zip(group, wants, strict=True)]
+                if len(items) == 1:
+                    emit(*items[0])
+                    finish(items[0][0])
+                else:
+                    assert overlapped is not None
+                    overlapped(items, finish)
+                pos[s] = end + 1
                 progressed = True
         if not progressed:
             stuck = [stages[s][pos[s]] for s in range(p) if pos[s] < len(stages[s])]

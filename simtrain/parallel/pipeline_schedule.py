@@ -34,12 +34,15 @@ PHASES: tuple[Phase, ...] = ("F", "B", "W")
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One unit of pipeline work: ``phase`` of ``microbatch`` for model chunk ``chunk``."""
+    """One unit of pipeline work: ``phase`` of ``microbatch`` for model chunk ``chunk``.
+    ``overlap``: its tasks interleave with those of the stage's next step(s), up to the
+    first step without the flag (DualPipe's forward-backward chunk pairs)."""
 
     stage: int
     microbatch: int
     phase: Phase
     chunk: int = 0
+    overlap: bool = False
 
 
 Placement = tuple[tuple[int, ...], ...]  # [stage][chunk] -> model chunk
@@ -90,6 +93,9 @@ class Schedule:
                 raise ValueError(f"schedule {self.name!r}: stage {s} must run each of "
                                  f"{''.join(phases)} once per microbatch and chunk of its "
                                  f"route")
+            if steps and steps[-1].overlap:
+                raise ValueError(f"schedule {self.name!r}: stage {s}'s last step cannot "
+                                 f"overlap a next one")
             done: set[tuple[int, int, str]] = set()
             for mb, c, ph in seen:
                 before = PHASES[PHASES.index(ph) - 1] if ph != "F" else None
@@ -138,6 +144,18 @@ class Schedule:
     @cached_property
     def _index(self) -> dict[tuple[int, ...], dict[int, int]]:
         return {r: {k: j for j, k in enumerate(r)} for r in {*self.routes, self._all}}
+
+    @cached_property
+    def _last(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for mb in range(self.micro_batches):
+            for k in self.route(mb):
+                out[k] = mb
+        return out
+
+    def last_microbatch(self, stage: int, chunk: int) -> int:
+        """The last microbatch passing ``chunk`` of ``stage`` (its gradients complete)."""
+        return self._last[self.placement[stage][chunk]]
 
     def route(self, microbatch: int) -> tuple[int, ...]:
         """The model chunks ``microbatch`` passes, in forward order."""

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simtrain.parallel.schedule import SCHEDULES, schedule_problems
+from simtrain.parallel.schedule import SCHEDULES, model_chunks, schedule_problems
 from simtrain.units import MiBCount
 from simtrain.workload.model import ModelConfig
 
@@ -306,16 +306,20 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
                          f"per node, so TP groups would straddle servers; use a tp dividing "
                          f"{gpus_per_node} (or set parallelism.order to place TP yourself)"))
     layers, p, v = model.num_layers, dims.pp, dims.vpp
+    # The parts a microbatch's route cuts the model in: pp x vpp, or pp for DualPipe's
+    # two copies of the model.
+    n = model_chunks(par.schedule, p, v)
+    parts = f"pp x vpp = {p} x {v} = {p * v}" if n == p * v else f"pp = {p} (per model copy)"
     if par.pp_layers is not None:
         counts = par.pp_layers
-        if len(counts) != p * v or sum(counts) != layers or min(counts, default=0) < 1:
-            problems.append(("parallelism.pp_layers", f"pp_layers={counts} must list pp x vpp"
-                             f" = {p} x {v} = {p * v} positive layer counts (one per model "
+        if len(counts) != n or sum(counts) != layers or min(counts, default=0) < 1:
+            problems.append(("parallelism.pp_layers", f"pp_layers={counts} must list {parts}"
+                             f" positive layer counts (one per model "
                              f"chunk, first to last) summing to num_layers={layers}; got "
                              f"{len(counts)} summing to {sum(counts)}"))
-    elif layers % (p * v):
-        problems.append(("parallelism.pp", f"num_layers={layers} is not divisible by pp x "
-                         f"vpp = {p} x {v} = {p * v}; change pp/vpp or give uneven stages "
+    elif layers % n:
+        problems.append(("parallelism.pp", f"num_layers={layers} is not divisible by "
+                         f"{parts}; change pp/vpp or give uneven stages "
                          f"with parallelism.pp_layers (one count per model chunk)"))
     if dims.ep > 1 and not model.is_moe:
         problems.append(("parallelism.ep", f"ep={dims.ep} needs a mixture-of-experts model "

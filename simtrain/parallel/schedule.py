@@ -18,6 +18,8 @@ forward, gradients backward) into point-to-point transfers.
 - ZB-V (Qi et al. 2024, ``zb_v.py``): two chunks per stage in a V (``v_shape``), list
   scheduled for the model's F, B, W times within 2p chunk-microbatches in flight (1F1B's
   memory); (p - 1)(f + b - 2w) idle, none when the three are equal.
+- DualPipe (DeepSeek-V3, ``dualpipe.py``): V placement with two routes (a model copy fed
+  from each end), forward and backward chunk pairs overlapped; (p/2 - 1)(F&B + B - 3W).
 
 Bubble with uniform stages (forward f, backward b per microbatch and stage): GPipe and 1F1B
 both take (m + p - 1)·(f + b), a bubble fraction (p - 1)/(m + p - 1); interleaving divides
@@ -34,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simtrain.parallel.dualpipe import dualpipe, dualpipe_problems, dualpipe_routes
 from simtrain.parallel.pipeline_schedule import (
     Phase,
     Placement,
@@ -48,7 +51,8 @@ from simtrain.parallel.zb_v import zb_v
 from simtrain.parallel.zero_bubble import zb_h1
 
 __all__ = ["SCHEDULES", "Costs", "Schedule", "ScheduleKind", "Step", "build_schedule",
-           "is_costed", "make_schedule", "peak_in_flight", "schedule_problems"]
+           "is_costed", "make_schedule", "model_chunks", "peak_in_flight",
+           "schedule_problems"]
 
 Problems = list[tuple[str, str]]  # (scenario field, message with the fix)
 
@@ -69,6 +73,10 @@ class ScheduleKind:
     problems: Callable[[int, int | None, int], Problems]
     placement: Callable[[int, int], Placement] = looping
     costed: bool = False
+    # (p, m) -> the model chunks each microbatch passes (None: all of them, in order), and
+    # (p, v) -> how many model chunks one route passes (the parts the model is cut in).
+    routes: Callable[[int, int], tuple[tuple[int, ...], ...]] | None = None
+    route_length: Callable[[int, int], int] = lambda p, v: p * v
 
 
 def _gpipe(p: int, m: int, v: int) -> list[list[Step]]:
@@ -145,6 +153,9 @@ SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
     ScheduleKind("zb-v", "zero bubble with 1F1B's memory: two chunks per stage in a V, "
                  "weight gradients deferred within 2p chunks in flight (Qi et al. 2024)",
                  zb_v, _two_chunks("zb-v"), lambda p, v: v_shape(p), costed=True),
+    ScheduleKind("dualpipe", "bidirectional: two model copies fed from both ends, forward "
+                 "and backward chunks overlapped (DeepSeek-V3)", dualpipe, dualpipe_problems,
+                 lambda p, v: v_shape(p), routes=dualpipe_routes, route_length=lambda p, v: p),
 )}
 
 
@@ -159,6 +170,12 @@ def schedule_problems(name: str, p: int, m: int | None, v: int) -> Problems:
     """Why schedule ``name`` cannot run p stages, m microbatches (None: not known yet, so
     not checked), v chunks per stage."""
     return _kind(name).problems(p, m, v)
+
+
+def model_chunks(name: str, p: int, v: int) -> int:
+    """How many parts schedule ``name`` cuts the model in for p stages, v chunks each (one
+    ``pp_layers`` count per part)."""
+    return _kind(name).route_length(p, v)
 
 
 def is_costed(name: str) -> bool:
@@ -181,7 +198,8 @@ def make_schedule(name: str, p: int, m: int, v: int = 1, costs: Costs | None = N
         steps = kind.steps(p, m, v, costs or (1.0, 1.0, 1.0))
     else:
         steps = kind.steps(p, m, v)
-    return Schedule(name, tuple(tuple(s) for s in steps), kind.placement(p, v), m)
+    routes = kind.routes(p, m) if kind.routes is not None else ()
+    return Schedule(name, tuple(tuple(s) for s in steps), kind.placement(p, v), m, routes)
 
 
 def build_schedule(kind: str, p: int, m: int, v: int = 1) -> list[list[Step]]:
