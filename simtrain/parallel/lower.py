@@ -42,7 +42,7 @@ from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, e
 from simtrain.parallel.emit import Emitter
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
-from simtrain.parallel.pipeline import receive, run_schedule
+from simtrain.parallel.pipeline import copies, receive, run_schedule, sum_copies
 from simtrain.parallel.pipeline_schedule import Schedule
 from simtrain.parallel.pipeline_schedule import Step as PipeStep
 from simtrain.parallel.program import is_core_attention
@@ -81,6 +81,10 @@ class Lowering:
                           imbalance=options.imbalance,
                           capacity_factor=options.capacity_factor)
         self._templates: dict[tuple[int, int, str], list[Template]] = {}
+        # Two-route schedules (DualPipe): the cells holding each model part twice, and the
+        # per-rank tasks their gradient sum waits for, as each copy finishes.
+        self._copies = copies(self.schedule)
+        self._copy_ready: dict[tuple[int, int], dict[int, list[int]]] = {}
 
     def templates(self, stage: int, chunk: int, phase: str) -> list[Template]:
         """The task templates of ``phase`` of ``chunk`` on ``stage`` (computed once)."""
@@ -184,8 +188,14 @@ class Lowering:
     def _step_done(self, step: PipeStep) -> None:
         if (step.phase == self.schedule.last_backward
                 and step.microbatch == self.schedule.last_microbatch(step.stage, step.chunk)):
-            data_parallel.reduce_gradients(self.em, step.stage, step.chunk,
+            em, cell = self.em, (step.stage, step.chunk)
+            ranks = em.stage_ranks[step.stage]
+            before = {r: len(em.state.reductions[r]) for r in ranks}
+            data_parallel.reduce_gradients(em, step.stage, step.chunk,
                                            self.units[step.stage][step.chunk], self.o)
+            if cell in self._copies:  # wait for the last W and this copy's DP reductions
+                self._copy_ready[cell] = {r: [*em.dep(r), *em.state.reductions[r][before[r]:]]
+                                          for r in ranks}
 
     def run(self) -> None:
         """Emit every stage's schedule, interleaved through a worklist, then the optimizer."""
@@ -196,6 +206,13 @@ class Lowering:
         # 6. the pipeline, with each chunk's gradient reduction after its last backward.
         run_schedule(em, self.schedule, o.p2p_bytes, self.emit_step, self._step_done,
                      self.emit_overlapped)
+        # Two copies of a model part (DualPipe) sum their gradients once both are reduced,
+        # after every DP reduction on the FIFO DP stream, in the parts' order.
+        for cells in sorted({tuple(c) for c in self._copies.values()}):
+            ready = {r: t for c in cells for r, t in self._copy_ready[c].items()}
+            s, c = cells[0]
+            sum_copies(em, list(cells), data_parallel.grad_shard_bytes(self.units[s][c], o),
+                       ready, c)
         for s in range(self.dims.pp):  # 7. the optimizer
             data_parallel.optimizer(em, s, self.units[s], o)
 

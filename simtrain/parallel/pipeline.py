@@ -12,12 +12,18 @@ Megatron's scatter-gather (``--scatter-gather-tensors-in-pipeline``, without SP)
 rank sends only its 1/tp slice of the activation (or gradient) to its partner, and the
 receiving stage all-gathers the slices over its TP group (intra-node) before the step:
 p2p bytes / tp, plus one TP all-gather of the whole tensor (``receive``).
+
+A schedule with two routes (DualPipe) holds two copies of each model chunk on two stages;
+they must stay equal, so after both have their gradients (and their DP reductions) the
+two stages' partner ranks all-reduce the chunk's gradients (``sum_copies``), one
+collective per rank pair on the DP stream, before the optimizer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from simtrain.parallel.ddp import DP_STREAM
 from simtrain.parallel.emit import Emitter
 from simtrain.parallel.pipeline_schedule import Schedule, Step
 from simtrain.parallel.templates import Collective
@@ -107,3 +113,30 @@ def receive(em: Emitter, step: Step, incoming: dict[int, int], nbytes: float,
         em.collective(step.stage, Collective(name, "pp_comm", "all_gather", "tp",
                                              nbytes * em.dims.tp),
                       {"microbatch": step.microbatch, "chunk": step.chunk})
+
+
+def copies(schedule: Schedule) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(stage, chunk) -> every (stage, chunk) holding the same part of the model, when the
+    schedule's routes hold the model more than once; empty otherwise."""
+    if len(set(schedule.routes)) < 2:
+        return {}
+    by_part: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for s, row in enumerate(schedule.positions()):
+        for c, part in enumerate(row):
+            by_part.setdefault(part, []).append((s, c))
+    return {cell: cells for cells in by_part.values() for cell in cells}
+
+
+def sum_copies(em: Emitter, cells: list[tuple[int, int]], nbytes: float,
+               ready: dict[int, list[int]], chunk: int) -> None:
+    """All-reduce the ``nbytes`` of gradients each rank holds of one model part over the
+    partner ranks of the stages in ``cells`` (index k of each stage's ranks: the same
+    tp/cp/dp coordinates), after what ``ready`` lists per rank; the optimizer waits."""
+    st = em.state
+    for members in zip(*(em.stage_ranks[s] for s, _ in cells), strict=True):
+        group = tuple(sorted(members))
+        deps = sorted({t for r in group for t in ready[r]})
+        tid = em.coll("all_reduce", group, nbytes, "pp copies grad sum", kind="dp_comm",
+                      stream=DP_STREAM, deps=deps, meta={"chunk": chunk})
+        for r in group:
+            st.reductions[r].append(tid)

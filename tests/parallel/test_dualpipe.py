@@ -150,3 +150,21 @@ def test_bad_dualpipe_degrees_are_one_line_and_exit_2(overrides, says):
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and says in lines[0]
     assert schedule_problems("dualpipe", 4, 9, 2)[0][0] == "training.global_batch_size"
+
+
+@pytest.mark.parametrize(("zero", "shard"), [(0, 1), (1, 2)])
+def test_the_two_copies_of_each_chunk_sum_their_gradients(zero, shard):
+    # pp_dualpipe (symmetric fidelity: ranks 0, 2, 4, 6 are stages 0-3): model part 0 is
+    # on rank 0 (chunk 0) and rank 6 (chunk 1), part 3 on rank 6 (chunk 0) and rank 0
+    # (chunk 1), parts 1 and 2 on ranks 2 and 4: four all-reduces over the partner pair,
+    # each of the part's fp32 gradients a rank holds (ZeRO-1: its 1/dp = 1/2 shard).
+    scenario = load_scenario(SCENARIOS / "pp_dualpipe.yaml",
+                             overrides=[f"parallelism.zero={zero}"])
+    cluster = build_cluster(scenario.cluster)
+    plan = build_plan(scenario, cluster)
+    sums = [t for t in build_graph(scenario, cluster, plan).tasks
+            if t.name == "pp copies grad sum"]
+    assert sorted(t.ranks for t in sums) == [(0, 6), (0, 6), (2, 4), (2, 4)]
+    numel = {sum(p.numel for u in c for p in u.params) for row in plan.units for c in row}
+    assert {t.comm.nbytes for t in sums} == {4.0 * n / shard for n in numel}
+    assert all(t.stream == "dp" and t.kind == "dp_comm" for t in sums)
