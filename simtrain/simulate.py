@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,9 @@ from simtrain.engine.timeline import (
 from simtrain.hardware.topology import Cluster, build_cluster
 from simtrain.parallel.lower import Lowering, LowerOptions
 from simtrain.parallel.plan import ParallelDims
-from simtrain.parallel.schedule import Step, build_schedule, peak_in_flight
-from simtrain.parallel.shard import ShardSpec, Unit, chunk_units, stage_layers
+from simtrain.parallel.program import phase_costs
+from simtrain.parallel.schedule import Schedule, is_costed, make_schedule, peak_in_flight
+from simtrain.parallel.shard import ShardSpec, Unit, chunk_units, placed_layers
 from simtrain.report.metrics import summarize
 from simtrain.report.notes import run_notes
 from simtrain.scenario import Scenario, load_scenario, scenario_error
@@ -58,26 +59,32 @@ class Plan:
     dims: ParallelDims
     micro_batches: int
     units: list[list[list[Unit]]]  # [stage][chunk] -> units of one rank of that stage
-    schedule: list[list[Step]]
+    schedule: Schedule  # its placement says which model chunk each units[stage][chunk] is
     p2p_bytes: float
 
 
 def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
-    """Resolve degrees, per-stage model shards and the pipeline schedule."""
+    """Resolve degrees, the pipeline schedule and the model shard of each (stage, chunk),
+    the model chunk the schedule's placement puts there."""
     par, train, cfg = scenario.parallelism, scenario.training, scenario.model
     dims = par.dims(cluster.num_gpus)
     m = micro_batches(scenario, cluster)
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
                      cp_algorithm=par.cp_algorithm, pp=dims.pp)
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
-    ranges = stage_layers(cfg.num_layers, dims.pp, dims.vpp, par.pp_layers)
-    units = [[chunk_units(cfg, layers, first=(st, c) == (0, 0),
-                          last=(st, c) == (dims.pp - 1, dims.vpp - 1), b=b, s=s, dt=dt,
-                          spec=spec)
-              for c, layers in enumerate(chunks)] for st, chunks in enumerate(ranges)]
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
-    schedule = build_schedule(kind, dims.pp, m, dims.vpp)
-    p2p = dt * b * (s // dims.cp) * cfg.hidden_size / (dims.tp if dims.sp else 1)
+    schedule = make_schedule(kind, dims.pp, m, dims.vpp)
+    cells = placed_layers(cfg.num_layers, schedule.positions(), par.pp_layers)
+    units = [[chunk_units(cfg, layers, first=first, last=last, b=b, s=s, dt=dt, spec=spec)
+              for layers, first, last in row] for row in cells]
+    if is_costed(kind):  # built for this model's F, B, W times (same placement)
+        costs = phase_costs(units, cp=dims.cp, recompute=par.recompute,
+                            op_time=op_timer(scenario, cluster, m))
+        if min(costs) > 0:
+            schedule = make_schedule(kind, dims.pp, m, dims.vpp, costs)
+    # SP, or Megatron's scatter-gather without it, sends each TP rank's 1/tp of it.
+    split = dims.sp or par.pp_scatter_gather
+    p2p = dt * b * (s // dims.cp) * cfg.hidden_size / (dims.tp if split else 1)
     return Plan(dims, m, units, schedule, float(p2p))
 
 
@@ -96,6 +103,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         p2p_bytes=plan.p2p_bytes, imbalance=scenario.model.routing_imbalance,
         capacity_factor=scenario.model.capacity_factor,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
+        pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
     )
     gpu, compute = cluster.gpu_spec, scenario.compute
 
@@ -113,15 +121,23 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
     if fidelity(scenario, cluster) == "symmetric":
         options = replace(options, symmetric=True)
     graph = TaskGraph(num_ranks=cluster.num_gpus)
-    recipe, m = train.fp8_recipe, plan.micro_batches
+    timer = op_timer(scenario, cluster, plan.micro_batches)
+    Lowering(graph, plan.units, plan.schedule, options, timer).run()
+    return graph
+
+
+def op_timer(scenario: Scenario, cluster: Cluster, micro_batches: int
+             ) -> Callable[[Op], float]:
+    """Seconds of one op on the cluster's GPU in the scenario's dtype (FP8 recipe aware)."""
+    gpu, compute, train = cluster.gpu_spec, scenario.compute, scenario.training
+    recipe = train.fp8_recipe
     if recipe is None:
         def timer(op: Op) -> float:
             return op_time(op, gpu, compute, train.dtype)
     else:
         def timer(op: Op) -> float:
-            return fp8_op_time(op, gpu, compute, recipe, m)
-    Lowering(graph, plan.units, plan.schedule, options, timer).run()
-    return graph
+            return fp8_op_time(op, gpu, compute, recipe, micro_batches)
+    return timer
 
 
 def fidelity(scenario: Scenario, cluster: Cluster) -> str:
@@ -186,11 +202,12 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
             states["fp8_weights"] = FP8_WEIGHT_BYTES * gemm_params / (
                 dims.dp * dims.cp if dims.zero >= 3 else 1)
         layers_per_chunk = max(sum(1 for u in chunk if u.layer >= 0) for chunk in chunks)
-        acts = peak_in_flight(plan.schedule[stage]) * layers_per_chunk * per_layer
+        acts = peak_in_flight(plan.schedule.stages[stage]) * layers_per_chunk * per_layer
         if par.recompute == "full":  # one layer recomputed at a time, fully materialised
             acts += layer_activation_bytes(cfg, train.micro_batch_size, scenario.seq_len,
                                            tp=dims.tp, cp=dims.cp, sp=dims.sp, dtype_bytes=dt)
-        if stage == dims.pp - 1:  # fp32 logits/softmax of one microbatch, V/t per rank
+        if any(u.name == "lm_head" for c in chunks for u in c):
+            # fp32 logits/softmax of one microbatch, V/t per rank
             acts += 4.0 * train.micro_batch_size * scenario.seq_len / dims.cp \
                 * cfg.vocab_size / dims.tp
         if dims.zero == 3:

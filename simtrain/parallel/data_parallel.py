@@ -109,6 +109,17 @@ def reduce_gradients(em: Emitter, stage: int, chunk: int, units: Sequence[Unit],
                     st.reductions[r].append(tid)
 
 
+def grad_shard_bytes(units: Sequence[Unit], o: LowerOptions) -> float:
+    """Bytes of a chunk's gradients one rank holds after its DP reduction: all of them
+    under DDP, its 1/(dp·cp) shard (experts: 1/(dp/ep·cp)) from ZeRO-1 on."""
+    d = o.dims
+    dense, expert = split_expert(p for u in units for p in u.params)
+    shard = d.dp * d.cp if d.zero >= 1 else 1
+    expert_shard = d.dp // d.ep * d.cp if d.zero >= 1 else 1
+    return o.grad_bytes_per_element * (sum(p.numel for p in dense) / shard
+                                       + sum(p.numel for p in expert) / expert_shard)
+
+
 def gather_params(em: Emitter, stage: int, chunks: Sequence[Sequence[Unit]],
                   o: LowerOptions) -> None:
     """``overlap_param_gather``: at the start of the step, all-gather the (previous step's)

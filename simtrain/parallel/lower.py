@@ -42,7 +42,7 @@ from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, e
 from simtrain.parallel.emit import Emitter
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
-from simtrain.parallel.pipeline import run_schedule
+from simtrain.parallel.pipeline import copies, receive, run_schedule, sum_copies
 from simtrain.parallel.pipeline_schedule import Schedule
 from simtrain.parallel.pipeline_schedule import Step as PipeStep
 from simtrain.parallel.program import is_core_attention
@@ -81,6 +81,10 @@ class Lowering:
                           imbalance=options.imbalance,
                           capacity_factor=options.capacity_factor)
         self._templates: dict[tuple[int, int, str], list[Template]] = {}
+        # Two-route schedules (DualPipe): the cells holding each model part twice, and the
+        # per-rank tasks their gradient sum waits for, as each copy finishes.
+        self._copies = copies(self.schedule)
+        self._copy_ready: dict[tuple[int, int], dict[int, list[int]]] = {}
 
     def templates(self, stage: int, chunk: int, phase: str) -> list[Template]:
         """The task templates of ``phase`` of ``chunk`` on ``stage`` (computed once)."""
@@ -111,19 +115,60 @@ class Lowering:
 
     def emit_step(self, step: PipeStep, incoming: dict[int, int] | None) -> None:
         """Emit ``step`` on every rank of its stage; ``incoming`` maps rank -> p2p task."""
+        if incoming:  # the transfer (scatter-gather: then its TP all-gather)
+            receive(self.em, step, incoming, self.o.p2p_bytes, self.o.pp_gather)
+        self._emit(step, self.templates(step.stage, step.chunk, step.phase), defaultdict(list))
+
+    def emit_overlapped(self, group: Sequence[tuple[PipeStep, dict[int, int] | None]],
+                        finish: Callable[[PipeStep], None]) -> None:
+        """Emit ``group``'s first step interleaved with the rest (DualPipe's overlapped
+        forward and backward chunks): two dependency chains from the stage's frontier, their
+        templates alternating run by run (each up to and including a collective), so one
+        chain's kernels queue on the compute stream while the other's collectives run.
+        ``finish(step)`` (its transfer, its gradients) runs for every step once both chains
+        are done, as DeepSeek's overlapped chunk sends its outputs after the pair."""
+        st, stage = self.em.state, group[0][0].stage
+        ranks = self.em.stage_ranks[stage]
+        base = {r: list(self.em.dep(r)) for r in ranks}
+        chains = [list(group[:1]), list(group[1:])]
+        fronts = [dict(base), dict(base)]
+        runs: list[list[tuple[PipeStep, list[Template]]]] = []
+        for chain in chains:
+            runs.append([(step, piece) for step, _ in chain
+                         for piece in _runs(self.templates(stage, step.chunk, step.phase))])
+        incoming = {id(step): inc for step, inc in group}
+        starts: dict[int, dict[int, list[list[int]]]] = defaultdict(lambda: defaultdict(list))
+        seen: set[int] = set()
+        for k in range(max(len(r) for r in runs)):
+            for c, chain_runs in enumerate(runs):
+                if k >= len(chain_runs):
+                    continue
+                step, piece = chain_runs[k]
+                st.frontier.update(fronts[c])
+                if id(step) not in seen:
+                    seen.add(id(step))
+                    if incoming[id(step)]:
+                        receive(self.em, step, incoming[id(step)], self.o.p2p_bytes,
+                                self.o.pp_gather)
+                self._emit(step, piece, starts[id(step)])
+                fronts[c] = {r: st.frontier.get(r, []) for r in ranks}
+        for r in ranks:
+            st.frontier[r] = sorted({*fronts[0][r], *fronts[1][r]})
+        for step, _ in group:  # the pair's outputs leave when both are done (DeepSeek)
+            finish(step)
+
+    def _emit(self, step: PipeStep, templates: Sequence[Template],
+              unit_starts: dict[int, list[list[int]]]) -> None:
+        """Emit ``templates`` of ``step`` on every rank of its stage."""
         em = self.em
-        st = em.state
         stage = step.stage
-        if incoming:
-            for r in em.stage_ranks[stage]:
-                st.frontier[r] = [*em.dep(r), incoming[r]]
-        grads = step.microbatch == self.o.micro_batches - 1 and step.phase != "F"
+        grads = (step.microbatch == self.schedule.last_microbatch(stage, step.chunk)
+                 and step.phase != "F")
         meta = {"microbatch": step.microbatch, "chunk": step.chunk, "stage": stage}
-        unit_starts: dict[int, list[list[int]]] = defaultdict(list)  # frontier per unit
         # The first forward of a chunk waits for its overlapped parameter all-gathers.
-        gather = bool(st.param_ag) and step.phase == "F" and step.microbatch == 0
+        gather = bool(em.state.param_ag) and step.phase == "F" and step.microbatch == 0
         kernel, collective = em.kernel, em.collective
-        for t in self.templates(stage, step.chunk, step.phase):
+        for t in templates:
             match t:
                 case Kernel():
                     kernel(stage, t, meta, gather, grads)
@@ -142,9 +187,15 @@ class Lowering:
 
     def _step_done(self, step: PipeStep) -> None:
         if (step.phase == self.schedule.last_backward
-                and step.microbatch == self.o.micro_batches - 1):
-            data_parallel.reduce_gradients(self.em, step.stage, step.chunk,
+                and step.microbatch == self.schedule.last_microbatch(step.stage, step.chunk)):
+            em, cell = self.em, (step.stage, step.chunk)
+            ranks = em.stage_ranks[step.stage]
+            before = {r: len(em.state.reductions[r]) for r in ranks}
+            data_parallel.reduce_gradients(em, step.stage, step.chunk,
                                            self.units[step.stage][step.chunk], self.o)
+            if cell in self._copies:  # wait for the last W and this copy's DP reductions
+                self._copy_ready[cell] = {r: [*em.dep(r), *em.state.reductions[r][before[r]:]]
+                                          for r in ranks}
 
     def run(self) -> None:
         """Emit every stage's schedule, interleaved through a worklist, then the optimizer."""
@@ -153,6 +204,25 @@ class Lowering:
             for s in range(self.dims.pp):
                 data_parallel.gather_params(em, s, self.units[s], o)
         # 6. the pipeline, with each chunk's gradient reduction after its last backward.
-        run_schedule(em, self.schedule, o.p2p_bytes, self.emit_step, self._step_done)
+        run_schedule(em, self.schedule, o.p2p_bytes, self.emit_step, self._step_done,
+                     self.emit_overlapped)
+        # Two copies of a model part (DualPipe) sum their gradients once both are reduced,
+        # after every DP reduction on the FIFO DP stream, in the parts' order.
+        for cells in sorted({tuple(c) for c in self._copies.values()}):
+            ready = {r: t for c in cells for r, t in self._copy_ready[c].items()}
+            s, c = cells[0]
+            sum_copies(em, list(cells), data_parallel.grad_shard_bytes(self.units[s][c], o),
+                       ready, c)
         for s in range(self.dims.pp):  # 7. the optimizer
             data_parallel.optimizer(em, s, self.units[s], o)
+
+
+def _runs(templates: Sequence[Template]) -> list[list[Template]]:
+    """``templates`` cut after each template that is not a plain kernel (a collective, a
+    ring-attention or TP-overlap block, an FSDP gather or scatter)."""
+    out: list[list[Template]] = [[]]
+    for t in templates:
+        out[-1].append(t)
+        if not isinstance(t, Kernel):
+            out.append([])
+    return [r for r in out if r]

@@ -24,6 +24,9 @@ class LowerOptions:
     recompute: str = "none"
     granularity: str = "op"
     p2p_bytes: float = 0.0  # activation (and gradient) bytes per pipeline transfer
+    # Megatron scatter-gather (sp off): p2p_bytes is 1/tp of the activation, all-gathered
+    # over TP on the receiving stage.
+    pp_gather: bool = False
     imbalance: float = 0.0
     capacity_factor: float | None = None
     # Symmetric fidelity: emit only data-parallel replica 0; the other replicas mirror it

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simtrain.parallel.schedule import SCHEDULES, schedule_problems
+from simtrain.parallel.schedule import SCHEDULES, model_chunks, schedule_problems
 from simtrain.units import MiBCount
 from simtrain.workload.model import ModelConfig
 
@@ -71,9 +71,10 @@ class ParallelismConfig(BaseModel):
     """How the step is split across GPUs. Data parallelism over every GPU by default.
 
     ``dp`` None means "whatever is left": world / (tp·cp·pp). ``pp_layers`` gives uneven
-    stages: transformer layers per model chunk, first to last (pp·vpp counts; model chunk
-    c·pp + i is chunk c of stage i), e.g. lighter first and last chunks as Megatron's
-    ``--decoder-first/last-pipeline-num-layers``. ``zero`` is the
+    stages: transformer layers per model chunk, first to last (pp·vpp counts, placed by the
+    schedule: looping puts model chunk c·pp + i in chunk c of stage i), e.g. lighter first
+    and last chunks as Megatron's ``--decoder-first/last-pipeline-num-layers``. ``zero`` is
+    the
     ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e. FSDP
     full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
     2022) or full (whole layers). ``cp_algorithm``: ring attention or all-gather of KV.
@@ -101,6 +102,12 @@ class ParallelismConfig(BaseModel):
     tp_comm_overlap: bool = Field(
         False, description="pipeline TP all-gathers/reduce-scatters with their GEMMs in tp "
         "chunks (Transformer Engine userbuffers; needs sp)")
+    # Megatron-LM --scatter-gather-tensors-in-pipeline (on by default before Megatron-Core):
+    # each TP rank sends 1/tp of the activation to its partner on the next stage, which
+    # all-gathers it over TP (intra-node) instead of every rank sending all of it.
+    pp_scatter_gather: bool = Field(
+        False, description="send 1/tp of each activation between pipeline stages and "
+        "all-gather it over TP on the receiving stage (Megatron; for sp: false)")
     ddp: DDPConfig = Field(default_factory=DDPConfig)
 
     @field_validator("schedule")
@@ -264,6 +271,10 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
     options: list[tuple[str, str]] = []
     if par.tp_comm_overlap and par.tp > 1 and not par.sp:
         options.append(("parallelism.tp_comm_overlap", TP_OVERLAP_NEEDS_SP))
+    if par.pp_scatter_gather and par.sp:
+        options.append(("parallelism.pp_scatter_gather", "sequence parallelism already sends "
+                         "1/tp of each activation between stages (Megatron scatter-gathers "
+                         "only without SP); set pp_scatter_gather: false or sp: false"))
     if par.ddp.overlap_param_gather and par.zero not in (1, 2):
         options.append(("parallelism.ddp.overlap_param_gather",
                         PARAM_GATHER_NEEDS_ZERO.format(zero=par.zero)))
@@ -295,16 +306,20 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
                          f"per node, so TP groups would straddle servers; use a tp dividing "
                          f"{gpus_per_node} (or set parallelism.order to place TP yourself)"))
     layers, p, v = model.num_layers, dims.pp, dims.vpp
+    # The parts a microbatch's route cuts the model in: pp x vpp, or pp for DualPipe's
+    # two copies of the model.
+    n = model_chunks(par.schedule, p, v)
+    parts = f"pp x vpp = {p} x {v} = {p * v}" if n == p * v else f"pp = {p} (per model copy)"
     if par.pp_layers is not None:
         counts = par.pp_layers
-        if len(counts) != p * v or sum(counts) != layers or min(counts, default=0) < 1:
-            problems.append(("parallelism.pp_layers", f"pp_layers={counts} must list pp x vpp"
-                             f" = {p} x {v} = {p * v} positive layer counts (one per model "
+        if len(counts) != n or sum(counts) != layers or min(counts, default=0) < 1:
+            problems.append(("parallelism.pp_layers", f"pp_layers={counts} must list {parts}"
+                             f" positive layer counts (one per model "
                              f"chunk, first to last) summing to num_layers={layers}; got "
                              f"{len(counts)} summing to {sum(counts)}"))
-    elif layers % (p * v):
-        problems.append(("parallelism.pp", f"num_layers={layers} is not divisible by pp x "
-                         f"vpp = {p} x {v} = {p * v}; change pp/vpp or give uneven stages "
+    elif layers % n:
+        problems.append(("parallelism.pp", f"num_layers={layers} is not divisible by "
+                         f"{parts}; change pp/vpp or give uneven stages "
                          f"with parallelism.pp_layers (one count per model chunk)"))
     if dims.ep > 1 and not model.is_moe:
         problems.append(("parallelism.ep", f"ep={dims.ep} needs a mixture-of-experts model "

@@ -150,3 +150,19 @@ def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, r
     return [[(sum(compute_seconds(forward(u, "forward", cp, duration)) for u in chunk),
               sum(compute_seconds(backward(u, recompute, cp, duration)) for u in chunk))
              for chunk in chunks] for chunks in units]
+
+
+def phase_costs(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, recompute: str,
+                op_time: Duration) -> tuple[float, float, float]:
+    """Mean seconds of compute of a model chunk's F, B (input gradients, with what
+    ``recompute`` recomputes) and W (weight gradients) per microbatch, over every (stage,
+    chunk) of ``units``: what a costed pipeline schedule is built for."""
+    cells = [chunk for chunks in units for chunk in chunks]
+    sums = [0.0, 0.0, 0.0]
+    for chunk in cells:
+        for u in chunk:
+            sums[0] += compute_seconds(forward(u, "forward", cp, op_time))
+            sums[1] += compute_seconds(backward(u, recompute, cp, op_time, "input"))
+            sums[2] += compute_seconds(backward(u, recompute, cp, op_time, "weight"))
+    n = max(len(cells), 1)
+    return sums[0] / n, sums[1] / n, sums[2] / n

@@ -15,6 +15,11 @@ forward, gradients backward) into point-to-point transfers.
   stage i keeping i W's deferred to the cool-down.
 - ZB-H2 (Qi et al. 2024, ``zb_h2.py``): up to 2p - 1 microbatches in flight, extra warm-up
   F's and the W's deferred to the tail, so no stage idles when T_F = T_B = T_W.
+- ZB-V (Qi et al. 2024, ``zb_v.py``): two chunks per stage in a V (``v_shape``), list
+  scheduled for the model's F, B, W times within 2p chunk-microbatches in flight (1F1B's
+  memory); (p - 1)(f + b - 2w) idle, none when the three are equal.
+- DualPipe (DeepSeek-V3, ``dualpipe.py``): V placement with two routes (a model copy fed
+  from each end), forward and backward chunk pairs overlapped; (p/2 - 1)(F&B + B - 3W).
 
 Bubble with uniform stages (forward f, backward b per microbatch and stage): GPipe and 1F1B
 both take (m + p - 1)·(f + b), a bubble fraction (p - 1)/(m + p - 1); interleaving divides
@@ -31,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simtrain.parallel.dualpipe import dualpipe, dualpipe_problems, dualpipe_routes
 from simtrain.parallel.pipeline_schedule import (
     Phase,
     Placement,
@@ -38,27 +44,39 @@ from simtrain.parallel.pipeline_schedule import (
     Step,
     looping,
     peak_in_flight,
+    v_shape,
 )
 from simtrain.parallel.zb_h2 import zb_h2
+from simtrain.parallel.zb_v import zb_v
 from simtrain.parallel.zero_bubble import zb_h1
 
-__all__ = ["SCHEDULES", "Schedule", "ScheduleKind", "Step", "build_schedule", "make_schedule",
-           "peak_in_flight", "schedule_problems"]
+__all__ = ["SCHEDULES", "Costs", "Schedule", "ScheduleKind", "Step", "build_schedule",
+           "is_costed", "make_schedule", "model_chunks", "peak_in_flight",
+           "schedule_problems"]
 
 Problems = list[tuple[str, str]]  # (scenario field, message with the fix)
 
 
+Costs = tuple[float, float, float]  # a model chunk's F, B (input gradients) and W times
+
+
 @dataclass(frozen=True)
 class ScheduleKind:
-    """A registered schedule: ``steps(p, m, v)`` per stage, ``placement(p, v)``, and
+    """A registered schedule: ``steps(p, m, v)`` per stage (``steps(p, m, v, costs)`` if
+    ``costed``: built for a chunk's F, B, W times), ``placement(p, v)``, and
     ``problems(p, m, v)``: why it cannot run those degrees (empty when it can; m None when
     the microbatch count is not known)."""
 
     name: str
     summary: str
-    steps: Callable[[int, int, int], list[list[Step]]]
+    steps: Callable[..., list[list[Step]]]
     problems: Callable[[int, int | None, int], Problems]
     placement: Callable[[int, int], Placement] = looping
+    costed: bool = False
+    # (p, m) -> the model chunks each microbatch passes (None: all of them, in order), and
+    # (p, v) -> how many model chunks one route passes (the parts the model is cut in).
+    routes: Callable[[int, int], tuple[tuple[int, ...], ...]] | None = None
+    route_length: Callable[[int, int], int] = lambda p, v: p * v
 
 
 def _gpipe(p: int, m: int, v: int) -> list[list[Step]]:
@@ -111,6 +129,15 @@ def _interleaved_problems(p: int, m: int | None, v: int) -> Problems:
     return []
 
 
+def _two_chunks(name: str) -> Callable[[int, int | None, int], Problems]:
+    def problems(p: int, m: int | None, v: int) -> Problems:
+        if v == 2 and p >= 2:
+            return []
+        return [("parallelism.vpp", f"schedule: {name} places two model chunks per stage in "
+                 f"a V, so it needs pp >= 2 and vpp: 2 (got pp={p}, vpp={v}); set vpp: 2")]
+    return problems
+
+
 SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
     ScheduleKind("gpipe", "every forward, then every backward (Huang et al. 2019)",
                  _gpipe, _one_chunk("gpipe")),
@@ -123,6 +150,12 @@ SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
     ScheduleKind("zb-h2", "zero bubble with 2p - 1 microbatches in flight: extra warm-up "
                  "forwards, weight gradients in the tail (Qi et al. 2024)", zb_h2,
                  _one_chunk("zb-h2")),
+    ScheduleKind("zb-v", "zero bubble with 1F1B's memory: two chunks per stage in a V, "
+                 "weight gradients deferred within 2p chunks in flight (Qi et al. 2024)",
+                 zb_v, _two_chunks("zb-v"), lambda p, v: v_shape(p), costed=True),
+    ScheduleKind("dualpipe", "bidirectional: two model copies fed from both ends, forward "
+                 "and backward chunks overlapped (DeepSeek-V3)", dualpipe, dualpipe_problems,
+                 lambda p, v: v_shape(p), routes=dualpipe_routes, route_length=lambda p, v: p),
 )}
 
 
@@ -139,16 +172,34 @@ def schedule_problems(name: str, p: int, m: int | None, v: int) -> Problems:
     return _kind(name).problems(p, m, v)
 
 
-def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
-    """The schedule ``name`` for p stages, m microbatches and v model chunks per stage."""
+def model_chunks(name: str, p: int, v: int) -> int:
+    """How many parts schedule ``name`` cuts the model in for p stages, v chunks each (one
+    ``pp_layers`` count per part)."""
+    return _kind(name).route_length(p, v)
+
+
+def is_costed(name: str) -> bool:
+    """Whether schedule ``name`` is built for the model's F, B, W times (``make_schedule``
+    ``costs``) rather than from the degrees alone."""
+    return _kind(name).costed
+
+
+def make_schedule(name: str, p: int, m: int, v: int = 1, costs: Costs | None = None
+                  ) -> Schedule:
+    """The schedule ``name`` for p stages, m microbatches and v model chunks per stage;
+    a costed schedule is built for a chunk's F, B, W times ``costs`` (None: equal)."""
     if p < 1 or m < 1 or v < 1:
         raise ValueError(f"need p, m, v >= 1, got p={p}, m={m}, v={v}")
     kind = _kind(name)
     problems = schedule_problems(name, p, m, v)
     if problems:
         raise ValueError(problems[0][1])
-    return Schedule(name, tuple(tuple(s) for s in kind.steps(p, m, v)), kind.placement(p, v),
-                    m)
+    if kind.costed:
+        steps = kind.steps(p, m, v, costs or (1.0, 1.0, 1.0))
+    else:
+        steps = kind.steps(p, m, v)
+    routes = kind.routes(p, m) if kind.routes is not None else ()
+    return Schedule(name, tuple(tuple(s) for s in steps), kind.placement(p, v), m, routes)
 
 
 def build_schedule(kind: str, p: int, m: int, v: int = 1) -> list[list[Step]]:

@@ -43,7 +43,7 @@ from simtrain.workload.ops import Op, Param
 
 __all__ = ["Comm", "Compute", "Ring", "ShardSpec", "Step", "Unit", "block_unit",
            "chunk_units", "embedding_unit", "head_units", "kv_heads_per_rank",
-           "padded_vocab", "stage_layers", "to_unit"]
+           "padded_vocab", "placed_layers", "stage_layers", "to_unit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,14 +156,28 @@ def head_units(cfg: ModelConfig, b: int, s: int, dt: int, spec: ShardSpec) -> li
 
 def stage_layers(num_layers: int, pp: int, vpp: int,
                  pp_layers: list[int] | None = None) -> list[list[range]]:
-    """Transformer layers of each (stage, chunk): chunk c of stage i is model chunk c·pp + i.
-    ``pp_layers`` gives each model chunk's layer count, first to last (pp·vpp of them; one
-    per stage when vpp = 1); None splits the layers evenly."""
-    counts = pp_layers if pp_layers is not None else [num_layers // (pp * vpp)] * (pp * vpp)
-    assert len(counts) == pp * vpp, "pp_layers is checked against pp x vpp in plan.py"
-    starts = [sum(counts[:k]) for k in range(pp * vpp)]
-    return [[range(starts[c * pp + i], starts[c * pp + i] + counts[c * pp + i])
-             for c in range(vpp)] for i in range(pp)]
+    """Transformer layers of each (stage, chunk) under looping placement: chunk c of stage i
+    is model chunk c·pp + i. ``pp_layers`` gives each model chunk's layer count, first to
+    last (pp·vpp of them; one per stage when vpp = 1); None splits the layers evenly."""
+    positions = [[(c * pp + i, pp * vpp) for c in range(vpp)] for i in range(pp)]
+    return [[r for r, _, _ in row] for row in placed_layers(num_layers, positions, pp_layers)]
+
+
+def placed_layers(num_layers: int, positions: list[list[tuple[int, int]]],
+                  counts: list[int] | None = None) -> list[list[tuple[range, bool, bool]]]:
+    """[stage][chunk] -> (its transformer layers, holds the embedding, holds the head), from
+    each chunk's (position, length) on its route (``Schedule.positions``): the model cut in
+    ``length`` parts of ``counts`` layers (first to last; None: even), part ``position``."""
+    out = []
+    for row in positions:
+        cells = []
+        for j, n in row:
+            sizes = counts if counts is not None else [num_layers // n] * n
+            assert len(sizes) == n, "pp_layers is checked against the route length in plan.py"
+            start = sum(sizes[:j])
+            cells.append((range(start, start + sizes[j]), j == 0, j == n - 1))
+        out.append(cells)
+    return out
 
 
 def chunk_units(cfg: ModelConfig, layers: range, *, first: bool, last: bool, b: int, s: int,

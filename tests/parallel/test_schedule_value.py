@@ -96,3 +96,18 @@ def test_schedules_live_in_one_registry_and_unknown_names_are_rejected():
     assert schedule_problems("interleaved", 4, 6, 2)[0][0] == "training.global_batch_size"
     assert schedule_problems("interleaved", 4, None, 2) == []  # microbatches not known
     assert schedule_problems("1f1b", 4, 8, 2)[0][0] == "parallelism.schedule"
+
+
+def test_routes_send_each_microbatch_through_its_own_chunks():
+    # Two copies of a 2-chunk model on V placement p = 2 (stage 0 holds model chunks 0
+    # and 3, stage 1 chunks 1 and 2): microbatch 0 passes 0 -> 1 (stage 0 to 1), microbatch
+    # 1 passes 2 -> 3 (stage 1 to 0). Each chunk is half of the model: (position, 2).
+    st = ((Step(0, 0, "F", 0), Step(0, 1, "F", 1), Step(0, 1, "B", 1), Step(0, 0, "B", 0)),
+          (Step(1, 1, "F", 1), Step(1, 0, "F", 0), Step(1, 0, "B", 0), Step(1, 1, "B", 1)))
+    s = Schedule("two-way", st, v_shape(2), 2, routes=((0, 1), (2, 3)))
+    assert s.positions() == [[(0, 2), (1, 2)], [(1, 2), (0, 2)]]
+    assert s.target(Step(0, 0, "F", 0)) == (1, 0) and s.target(Step(1, 1, "F", 1)) == (0, 1)
+    assert s.target(Step(0, 1, "F", 1)) is None and s.target(Step(1, 1, "B", 1)) is None
+    assert not s.needs_input(Step(1, 1, "F", 1)) and s.needs_input(Step(0, 1, "F", 1))
+    with pytest.raises(ValueError, match="once per microbatch and chunk of its route"):
+        Schedule("two-way", st, v_shape(2), 2, routes=((0, 1), (0, 1)))
