@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simtrain import ScenarioError, load_scenario, simulate
 from simtrain.hardware.topology import build_cluster
@@ -14,6 +16,7 @@ from simtrain.parallel.context_volume import (
     ulysses_buffers,
     ulysses_degree,
 )
+from simtrain.parallel.plan import ParallelDims
 from simtrain.simulate import build_graph
 
 # m = 1024 local tokens, q = o = 512, kv = 128 (GQA: 4 query heads per KV head), bf16.
@@ -135,9 +138,9 @@ def test_lowered_bytes_a_rank_sends_match_the_formula(par):
 
 
 def test_every_algorithm_does_the_same_attention_flops():
-    flops = {a: simulate(_scenario({"cp_algorithm": a, "cp_a2a_size": 2}
-                                   if a == "a2a+p2p" else {"cp_algorithm": a})
-                         ).summary["hardware_flops_per_step"] for a in CP_ALGORITHMS}
+    flops = {a: sum(t.flops for t in _graph({"cp_algorithm": a, "cp_a2a_size": 2}
+                                            if a == "a2a+p2p" else {"cp_algorithm": a}).tasks)
+             for a in CP_ALGORITHMS}
     assert max(flops.values()) == pytest.approx(min(flops.values()), rel=1e-12)
 
 
@@ -146,3 +149,45 @@ def test_bad_cp_algorithm_input_is_a_scenario_error():
         load_scenario({"cluster": {"preset": "dgx-a100"}, "model": {"preset": "tiny-gpt"},
                        "training": {"global_batch_size": 8},
                        "parallelism": {"cp": 8, "cp_algorithm": "a2a"}})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4096), st.integers(1, 64), st.integers(1, 64), st.integers(0, 4),
+       st.integers(0, 4))
+def test_hierarchy_interpolates_between_ring_and_ulysses(m, q, kv, i, j):
+    # cp = 2^(i+j), u = 2^i: the traffic is the a2a share plus the ring share, and the
+    # ends u = 1 and u = cp are exactly ring and a2a.
+    cp, u = 2 ** (i + j), 2 ** i
+    shape = dict(m=m, q=q, kv=kv, o=q, dt=2, cp=cp)
+    mixed = cp_traffic("a2a+p2p", **shape, u=u)
+    ring = cp_traffic("ring", **{**shape, "cp": cp // u}, u=1)
+    ulysses = cp_traffic("a2a", **{**shape, "cp": u}, u=u)
+    assert mixed.forward == pytest.approx(ring.forward + ulysses.forward, rel=1e-12)
+    assert mixed.backward == pytest.approx(ring.backward + ulysses.backward, rel=1e-12)
+    assert cp_traffic("a2a+p2p", **shape, u=1) == cp_traffic("ring", **shape, u=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
+       st.data())
+def test_split_group_blocks_and_strides_partition_the_group(cp, dp, tp, data):
+    # Every member is in exactly one block and one stride group; a block and a stride group
+    # meet in exactly one rank (the two levels form a grid).
+    d = ParallelDims(tp=tp, cp=cp, dp=dp, cp_a2a=data.draw(st.sampled_from(
+        [u for u in (1, 2, 4, 8) if cp % u == 0])))
+    for r in range(d.world_size):
+        group = d.group(r, "cp")
+        blocks = {d.split_group(x, "cp", d.cp_a2a, "block") for x in group}
+        strides = {d.split_group(x, "cp", d.cp_a2a, "stride") for x in group}
+        assert sorted(x for b in blocks for x in b) == list(group)
+        assert sorted(x for s_ in strides for x in s_) == list(group)
+        assert all(len(set(b) & set(s_)) == 1 for b in blocks for s_ in strides)
+
+
+def test_symmetric_fidelity_matches_explicit_under_hierarchical_cp():
+    par = {"cp_algorithm": "a2a+p2p", "cp_a2a_size": 2}
+    exp = simulate(_scenario(par)).summary
+    sym_s = _scenario(par)
+    sym_s.sim.fidelity = "symmetric"
+    sym = simulate(sym_s).summary
+    assert sym["step_time_s"] == pytest.approx(exp["step_time_s"], rel=1e-6)
