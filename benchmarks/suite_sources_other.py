@@ -118,7 +118,9 @@ def torchtitan_dsv3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
             published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model="DeepSeekV3",
             shapes=shapes, seq=4096, system="DGX-GB300", gpus=256, gbs=4096,
             mbs=4096 // (fsdp * r["microbatches"]), pp=pp, vp=vp, ep=r["ep"], dp=fsdp,
-            fsdp=True, prec="MXFP8", model_extra=extra, needs=needs))
+            fsdp=True, prec="MXFP8", model_extra=extra, needs=needs,
+            # fixed fsdp_reshard_after_forward: never (source)
+            par={"fsdp": {"reshard_after_forward": False}}))
     return unique(rows)
 
 
@@ -148,10 +150,9 @@ def simumax(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
     rows = []
     for r in source["rows"]:
         par: dict[str, Any] = {}
-        needs = []
-        if r["cp"] > 1:
+        needs: list[str] = []
+        if r["cp"] > 1:  # the source's cp_comm_type a2a: Ulysses all-to-all over the CP group
             par["cp_algorithm"] = "a2a"
-            needs.append("Ulysses (all-to-all) context parallelism")
         model = r["model"]
         extra = {}
         if model == "deepseekv3":

@@ -17,6 +17,7 @@ from simtrain.engine.timeline import (
     overlap_length,
 )
 from simtrain.hardware.topology import Cluster, build_cluster
+from simtrain.parallel.fsdp import gathered_bytes
 from simtrain.parallel.lower import Lowering, LowerOptions
 from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.program import phase_costs
@@ -70,7 +71,7 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
     dims = par.dims(cluster.num_gpus)
     m = micro_batches(scenario, cluster)
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
-                     cp_algorithm=par.cp_algorithm, pp=dims.pp)
+                     cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp)
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     schedule = make_schedule(kind, dims.pp, m, dims.vpp)
@@ -104,6 +105,8 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         capacity_factor=scenario.model.capacity_factor,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
         pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
+        reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
+        fsdp_reduce_dtype=par.fsdp.reduce_dtype,
     )
     gpu, compute = cluster.gpu_spec, scenario.compute
 
@@ -176,9 +179,11 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
     """Per-GPU memory of the fullest stage (see ``simtrain.workload.memory`` conventions).
 
     Gradients are kept in ``parallelism.ddp.grad_dtype`` (fp32 by default: Megatron's and
-    PyTorch AMP's 18 B/param before sharding). Communication buffers: two gradient buckets
-    in flight (zero < 3), two gathered units (ZeRO-3 prefetch), and the pipeline send and
-    receive buffers.
+    PyTorch AMP's 18 B/param before sharding). ZeRO-3 shards over the HSDP shard group
+    (``parallelism.fsdp.shard_size``; all of dp x cp by default). Communication buffers: two
+    gradient buckets in flight (zero < 3), the gathered units (ZeRO-3:
+    ``simtrain.parallel.fsdp.gathered_bytes``, the running unit and ``prefetch`` ahead, or
+    every unit without reshard after forward), and the pipeline send and receive buffers.
     """
     dims, par, train, cfg = plan.dims, scenario.parallelism, scenario.training, scenario.model
     grad_bytes = DTYPE_BYTES[par.ddp.grad_dtype]
@@ -191,7 +196,8 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
         params = [p for chunk in chunks for u in chunk for p in u.params]
         expert = sum(p.numel for p in params if ".experts." in p.name)
         dense = sum(p.numel for p in params) - expert
-        states = model_state_bytes(dense, zero=dims.zero, dp=dims.dp * dims.cp,
+        shard = dims.fsdp_shard_size if dims.zero == 3 else dims.dp * dims.cp
+        states = model_state_bytes(dense, zero=dims.zero, dp=shard,
                                    weight_bytes=dt, grad_bytes=grad_bytes)
         for k, v in model_state_bytes(expert, zero=dims.zero, dp=dims.dp // dims.ep * dims.cp,
                                       weight_bytes=dt, grad_bytes=grad_bytes).items():
@@ -200,7 +206,7 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
             gemm_params = sum(p.numel for p in params if p.name.endswith(".weight")
                               and not any(w in p.name for w in _BF16_WEIGHTS))
             states["fp8_weights"] = FP8_WEIGHT_BYTES * gemm_params / (
-                dims.dp * dims.cp if dims.zero >= 3 else 1)
+                shard if dims.zero >= 3 else 1)
         layers_per_chunk = max(sum(1 for u in chunk if u.layer >= 0) for chunk in chunks)
         acts = peak_in_flight(plan.schedule.stages[stage]) * layers_per_chunk * per_layer
         if par.recompute == "full":  # one layer recomputed at a time, fully materialised
@@ -211,8 +217,9 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
             acts += 4.0 * train.micro_batch_size * scenario.seq_len / dims.cp \
                 * cfg.vocab_size / dims.tp
         if dims.zero == 3:
-            largest = max(sum(p.numel for p in u.params) for c in chunks for u in c)
-            buffers = 2.0 * largest * dt
+            buffers = gathered_bytes([sum(p.numel for p in u.params) * dt
+                                      for c in chunks for u in c],
+                                     par.fsdp.prefetch, par.fsdp.reshard_after_forward)
         else:
             buffers = 2.0 * min(par.ddp.bucket_cap_bytes, dense * grad_bytes)
         if dims.pp > 1:

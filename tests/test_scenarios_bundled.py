@@ -59,3 +59,13 @@ def test_capability_scenarios_show_their_communication():
     assert cp["exposed_comm_by_kind"].get("cp_comm", 0.0) < 0.01 * cp["step_time_s"]
     fsdp = _summary("fsdp_zero3")
     assert fsdp["memory_breakdown"]["weights"] < 1.5  # 16 GB of bf16 weights / 16
+
+
+def test_ulysses_and_hsdp_scenarios_show_their_knobs():
+    # Ulysses' all-to-alls are not overlapped with attention (ring's passes are).
+    assert _summary("cp_ulysses")["exposed_comm_by_kind"]["cp_comm"] > 0
+    hsdp = _summary("fsdp_hsdp")["memory_breakdown"]
+    # 8.03e9 bf16 parameters sharded over the 8 GPUs of a node: 16.06 GB / 8 = 1.87 GiB;
+    # kept gathered (no reshard after forward): the whole 14.96 GiB unsharded.
+    assert 1.8 < hsdp["weights"] < 1.95 and hsdp["comm_buffers"] == pytest.approx(
+        8 * hsdp["weights"], rel=1e-6)

@@ -1,11 +1,13 @@
 """Context parallelism: ring attention's blocks and K,V passes around the CP ring.
 
 Every CP rank holds s/cp tokens (``shard.py``). Ring attention (Liu et al. 2023; Megatron-
-Core's context parallelism) runs cp blockwise attention steps; between them each rank
-passes the K,V block it holds to the next rank of the ring (cp - 1 passes), so each pass
-overlaps the block computed meanwhile. The backward passes K,V and dK,dV (twice the
-bytes). Each pass uses its own stream per ring link ("cp a>b"). The all-gather variant is
-a plain collective (``shard.py``).
+Core's context parallelism) runs one blockwise attention step per ring member; between
+them each rank passes the K,V block it holds to the next rank of the ring (steps - 1
+passes), so each pass overlaps the block computed meanwhile. The backward passes K,V and
+dK,dV (twice the bytes). Each pass uses its own stream per ring link ("cp a>b"). The ring
+is the CP group, or under a2a+p2p each group of CP ranks holding the same heads. The
+all-gather and all-to-all (Ulysses) variants are plain collectives (``shard.py``; their
+traffic in ``context_volume.py``).
 """
 
 from __future__ import annotations
@@ -19,32 +21,32 @@ from simtrain.parallel.templates import RingAttention
 from simtrain.workload.model import Op, backward_ops
 
 
-def ring_block(op: Op, cp: int) -> Op:
-    """One of the cp attention blocks of ``op``: 1/cp of its FLOPs and bytes."""
-    return Op(f"{op.name}.block", op.kind, op.flops / cp, op.bytes / cp, None, (), 0.0)
+def ring_block(op: Op, steps: int) -> Op:
+    """One of the ``steps`` attention blocks of ``op``: 1/steps of its FLOPs and bytes."""
+    return Op(f"{op.name}.block", op.kind, op.flops / steps, op.bytes / steps, None, (), 0.0)
 
 
-def ring_forward(ring: Ring, kind: str, layer: int, cp: int,
+def ring_forward(ring: Ring, kind: str, layer: int,
                  duration: Callable[[Op], float]) -> RingAttention:
     """The forward (or, with ``kind`` "recompute", recomputed) ring attention of ``ring``."""
-    blk = ring_block(ring.op, cp)
+    blk = ring_block(ring.op, ring.steps)
     return RingAttention(ring.op.name, kind, duration(blk), blk.flops, ring.kv_bytes,
-                         ring.steps, layer)
+                         ring.steps, layer, ring.group)
 
 
-def ring_backward(ring: Ring, layer: int, cp: int,
+def ring_backward(ring: Ring, layer: int,
                   duration: Callable[[Op], float]) -> RingAttention:
     """The backward: blocks of the attention backward; K,V and dK,dV passed on."""
     bwd = backward_ops(ring.op)[0]
-    blk = ring_block(bwd, cp)
+    blk = ring_block(bwd, ring.steps)
     return RingAttention(bwd.name, "backward", duration(blk), blk.flops, 2 * ring.kv_bytes,
-                         ring.steps, layer)
+                         ring.steps, layer, ring.group)
 
 
 def emit_ring(em: Emitter, stage: int, t: RingAttention, meta: dict[str, Any]) -> None:
-    """``t`` on every CP ring of ``stage``: block j waits for the K,V pass j - 1 received."""
+    """``t`` on every ring of ``stage``: block j waits for the K,V pass j - 1 received."""
     st, g = em.state, em.graph
-    for grp in em.groups(stage, "cp"):
+    for grp in em.groups(stage, t.group):
         n = len(grp)
         nxt = {grp[i]: grp[(i + 1) % n] for i in range(n)}
         have = {r: em.dep(r) for r in grp}  # what each rank forwards next

@@ -14,7 +14,10 @@ DP composes with every other parallelism over the dp x cp group of each stage:
   one forward task for every bucket of the chunk);
 - zero 3 (FSDP): per unit, an all-gather of its parameters before its forward and again
   before its backward (resharded after forward), prefetched one unit ahead, and a
-  reduce-scatter of its gradients after its backward, every microbatch.
+  reduce-scatter of its gradients after its backward, every microbatch; the FSDP2 knobs
+  (``fsdp.py``) shard over an HSDP shard group with an all-reduce of each shard across
+  the replicas, keep gathered units until their backward, prefetch further, and reduce
+  in another dtype.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from typing import Any
 from simtrain.parallel.ddp import DP_STREAM, Bucket, assign_buckets
 from simtrain.parallel.emit import EXPERT_GRAD_GROUP, GRAD_GROUP, Emitter
 from simtrain.parallel.expert import split_expert
+from simtrain.parallel.fsdp import FSDP_REPLICATE_GROUP, FSDP_SHARD_GROUP
 from simtrain.parallel.options import LowerOptions
 from simtrain.parallel.shard import Unit
 from simtrain.parallel.templates import GradScatter, ParamGather, Template
 from simtrain.workload.model import Op
 
 FSDP_AG_STREAM = "dp ag"
+HSDP_AR_STREAM = "dp ar"  # FSDP2's all-reduce stream: HSDP replicas' all-reduce
 
 
 def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions, *, gather: bool = True,
@@ -43,34 +48,67 @@ def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions, *, gather: bool
         return body
     out: list[Template] = []
     if gather:
-        out.append(ParamGather(f"fsdp ag {unit.name}", pbytes * o.dtype_bytes))
+        out.append(ParamGather(f"fsdp ag {unit.name}", pbytes * o.dtype_bytes, unit.name,
+                               o.fsdp_prefetch, not o.reshard_after_forward))
     out += body
     if scatter:
-        out.append(GradScatter(f"fsdp rs {unit.name}", pbytes * o.grad_bytes_per_element))
+        out.append(GradScatter(f"fsdp rs {unit.name}", pbytes * o.fsdp_reduce_bytes,
+                               unit.name, o.fsdp_reduce_dtype))
     return out
 
 
 def emit_param_gather(em: Emitter, stage: int, t: ParamGather, meta: dict[str, Any],
                       unit_starts: dict[int, list[list[int]]]) -> None:
-    """FSDP all-gather of a unit, prefetched: issued once the unit before the previous one
-    started (``unit_starts``: each rank's frontier at every unit start of this step)."""
+    """FSDP all-gather of a unit over its shard group, prefetched: issued once the unit
+    ``t.prefetch`` units before it started (``unit_starts``: each rank's frontier at every
+    unit start of this step; 0: at its own start). Skipped where the unit is still
+    gathered (``t.keep``: not resharded since its forward)."""
+    back = t.prefetch + 1
+    st = em.state
     for r in em.stage_ranks[stage]:
         unit_starts[r].append(em.dep(r))
-    for grp in em.groups(stage, GRAD_GROUP):
-        deps = sorted({t for r in grp if len(unit_starts[r]) >= 2 for t in unit_starts[r][-2]})
+    for grp in em.groups(stage, FSDP_SHARD_GROUP):
+        local = [r for r in grp if r in em.simulated]
+        if len(grp) == 1 or (t.keep and all((r, t.unit) in st.unsharded for r in local)):
+            continue
+        deps = sorted({d for r in grp if len(unit_starts[r]) >= back
+                       for d in unit_starts[r][-back]})
         tid = em.coll("all_gather", grp, t.nbytes, t.name, kind="dp_comm",
                       stream=FSDP_AG_STREAM, deps=deps, meta=meta)
         for r in grp:
-            em.state.frontier[r] = [*em.dep(r), tid]
+            st.frontier[r] = [*em.dep(r), tid]
+            if t.keep:
+                st.unsharded.add((r, t.unit))
 
 
 def emit_grad_scatter(em: Emitter, stage: int, t: GradScatter, meta: dict[str, Any]) -> None:
-    """FSDP reduce-scatter of a unit's gradients, after its backward, on the DP stream."""
-    for grp in em.groups(stage, GRAD_GROUP):
-        tid = em.coll("reduce_scatter", grp, t.nbytes, t.name, kind="dp_comm",
-                      stream=DP_STREAM, deps=em.group_deps(grp), meta=meta)
+    """FSDP reduce-scatter of a unit's gradients over its shard group, after its backward,
+    on the DP stream; under HSDP then an all-reduce of each shard (1/N of the bytes) across
+    the replicas holding it, on its own stream. The unit is resharded."""
+    st = em.state
+    m = meta if t.dtype is None else {**meta, "dtype": t.dtype}
+    scattered: dict[int, int] = {}
+    for grp in em.groups(stage, FSDP_SHARD_GROUP):
         for r in grp:
-            em.state.reductions[r].append(tid)
+            st.unsharded.discard((r, t.unit))
+        if len(grp) == 1:
+            continue
+        tid = em.coll("reduce_scatter", grp, t.nbytes, t.name, kind="dp_comm",
+                      stream=DP_STREAM, deps=em.group_deps(grp), meta=m)
+        for r in grp:
+            st.reductions[r].append(tid)
+            scattered[r] = tid
+    shard = em.dims.fsdp_shard_size
+    for grp in em.groups(stage, FSDP_REPLICATE_GROUP):
+        if len(grp) == 1:
+            continue
+        # After the members' reduce-scatters (shard_size 1: after their backward).
+        deps = (sorted({scattered[r] for r in grp if r in scattered}) if scattered
+                else em.group_deps(grp))
+        tid = em.coll("all_reduce", grp, t.nbytes / shard, f"hsdp ar {t.unit}",
+                      kind="dp_comm", stream=HSDP_AR_STREAM, deps=deps, meta=m)
+        for r in grp:
+            st.reductions[r].append(tid)
 
 
 def buckets(units: Sequence[Unit], o: LowerOptions) -> list[tuple[str, list[Bucket]]]:
@@ -155,7 +193,7 @@ def optimizer(em: Emitter, stage: int, chunks: Sequence[Sequence[Unit]],
     d, g, st = em.dims, em.graph, em.state
     numels = [p.numel for chunk in chunks for u in chunk for p in u.params]
     numel = sum(numels)
-    shard = d.dp * d.cp if d.zero >= 1 else 1
+    shard = (d.fsdp_shard_size if d.zero == 3 else d.dp * d.cp) if d.zero >= 1 else 1
     meta: dict[str, int] = {}
     if o.optimizer_step is not None:
         step = o.optimizer_step(numels, shard)

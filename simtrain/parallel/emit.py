@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simtrain.engine.taskgraph import TaskGraph
+from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
 from simtrain.parallel.expert import expert_load
+from simtrain.parallel.fsdp import FSDP_REPLICATE_GROUP, FSDP_SHARD_GROUP
 from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.symmetry import Images, simulated_stage_ranks
 from simtrain.parallel.templates import Collective, Kernel
@@ -25,7 +27,7 @@ from simtrain.workload.model import Op
 
 # Group kinds besides the ParallelDims axes: "ep" (expert parallel), "grad" (dense
 # gradients over dp x cp), "expert_grad" (expert gradients over the expert-data-parallel
-# group).
+# group), and the two levels of hierarchical CP and of HSDP (ParallelDims.split_group).
 GRAD_GROUP, EXPERT_GRAD_GROUP = "grad", "expert_grad"
 
 
@@ -40,6 +42,8 @@ class State:
     reductions: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     # (rank, param) -> the overlapped ZeRO parameter all-gather holding it
     param_ag: dict[tuple[int, str], int] = field(default_factory=dict)
+    # (rank, unit) gathered by FSDP and kept until its gradients are reduced (no reshard)
+    unsharded: set[tuple[int, str]] = field(default_factory=set)
 
 
 class Emitter:
@@ -83,6 +87,12 @@ class Emitter:
                 g = d.group(rank, d.grad_dims)
             elif kind == EXPERT_GRAD_GROUP:
                 g = d.expert_dp_group(rank)
+            elif kind in (CP_A2A_GROUP, CP_RING_GROUP):
+                g = d.split_group(rank, "cp", d.cp_a2a,
+                                  "block" if kind == CP_A2A_GROUP else "stride")
+            elif kind in (FSDP_SHARD_GROUP, FSDP_REPLICATE_GROUP):
+                g = d.split_group(rank, d.grad_dims, d.fsdp_shard_size,
+                                  "block" if kind == FSDP_SHARD_GROUP else "stride")
             else:
                 g = d.group(rank, kind)
             for r in g:

@@ -17,6 +17,7 @@ option).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from simtrain.parallel.templates import (
@@ -142,9 +143,9 @@ def _aggregate(t: Aggregate, nbytes: float) -> Aggregate:
     match t:
         case Collective():
             return Collective(f"{t.group} {t.op}", t.kind, t.op, t.group, nbytes)
-        case ParamGather():
-            return ParamGather("dp all_gather", nbytes)
+        case ParamGather():  # the stage's units gathered (and resharded) as one
+            return replace(t, name="dp all_gather", nbytes=nbytes, unit="stage")
         case GradScatter():
-            return GradScatter("dp reduce_scatter", nbytes)
+            return replace(t, name="dp reduce_scatter", nbytes=nbytes, unit="stage")
         case _:
             raise unhandled(t)

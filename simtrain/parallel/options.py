@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simtrain.parallel.plan import PARAM_GATHER_NEEDS_ZERO, TP_OVERLAP_NEEDS_SP, ParallelDims
+from simtrain.training import DTYPE_BYTES
 from simtrain.workload.optimizer import OptimizerStep
 
 
@@ -39,6 +40,10 @@ class LowerOptions:
     # The optimizer step's kernels on one rank (simtrain.workload.optimizer.optimizer_step
     # bound to the GPU): (local parameter numels, ZeRO shards) -> its time and launches.
     optimizer_step: Callable[[list[int], int], OptimizerStep] | None = None
+    # ZeRO-3 / FSDP2 knobs (simtrain.parallel.fsdp; the HSDP shard group is in dims).
+    reshard_after_forward: bool = True
+    fsdp_prefetch: int = 1
+    fsdp_reduce_dtype: str | None = None  # None: gradients reduced in their own dtype
 
     def __post_init__(self) -> None:
         if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:
@@ -50,6 +55,13 @@ class LowerOptions:
     def fsdp(self) -> bool:
         """ZeRO-3 / FSDP with parameters actually sharded (dp x cp > 1)."""
         return self.dims.zero == 3 and self.dims.dp * self.dims.cp > 1
+
+    @property
+    def fsdp_reduce_bytes(self) -> float:
+        """Bytes per gradient element of FSDP's reduce-scatter and HSDP all-reduce."""
+        if self.fsdp_reduce_dtype is None:
+            return self.grad_bytes_per_element
+        return DTYPE_BYTES[self.fsdp_reduce_dtype]
 
     @property
     def tp_overlap(self) -> bool:

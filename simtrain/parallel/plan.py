@@ -17,8 +17,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from simtrain.parallel.context_volume import CP_ALGORITHMS, check_context, ulysses_degree
+from simtrain.parallel.fsdp import FSDPConfig, check_fsdp
 from simtrain.parallel.schedule import SCHEDULES, model_chunks, schedule_problems
 from simtrain.units import MiBCount
+from simtrain.workload.layers import kv_heads_per_rank
 from simtrain.workload.model import ModelConfig
 
 # PyTorch DDP defaults, torch/csrc/distributed/c10d/reducer.hpp:
@@ -77,7 +80,10 @@ class ParallelismConfig(BaseModel):
     the
     ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e. FSDP
     full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
-    2022) or full (whole layers). ``cp_algorithm``: ring attention or all-gather of KV.
+    2022) or full (whole layers). ``cp_algorithm``: ring attention, all-gather of KV,
+    Ulysses all-to-all (a2a) or a2a over ``cp_a2a_size`` ranks x ring across (a2a+p2p);
+    see ``context_volume.py``. ``fsdp``: the ZeRO-3 knobs (HSDP shard group, reshard,
+    prefetch, reduce dtype; ``fsdp.py``).
     ``tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine
     userbuffers; needs ``sp``) pipelines each TP all-gather / reduce-scatter with the GEMM
     consuming / producing it in tp chunks.
@@ -98,7 +104,11 @@ class ParallelismConfig(BaseModel):
                           + ", ".join(SCHEDULES))
     pp_layers: list[int] | None = None
     recompute: Literal["none", "selective", "full"] = "none"
-    cp_algorithm: Literal["ring", "allgather"] = "ring"
+    cp_algorithm: str = Field("ring", description="context parallel attention: one of "
+                              + ", ".join(CP_ALGORITHMS))
+    cp_a2a_size: int | None = Field(None, gt=0, description="a2a+p2p: CP ranks of each "
+                                    "all-to-all (Megatron hierarchical_context_parallel_"
+                                    "sizes[0])")
     tp_comm_overlap: bool = Field(
         False, description="pipeline TP all-gathers/reduce-scatters with their GEMMs in tp "
         "chunks (Transformer Engine userbuffers; needs sp)")
@@ -109,6 +119,15 @@ class ParallelismConfig(BaseModel):
         False, description="send 1/tp of each activation between pipeline stages and "
         "all-gather it over TP on the receiving stage (Megatron; for sp: false)")
     ddp: DDPConfig = Field(default_factory=DDPConfig)
+    fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
+
+    @field_validator("cp_algorithm")
+    @classmethod
+    def _known_cp_algorithm(cls, value: str) -> str:
+        if value not in CP_ALGORITHMS:
+            raise ValueError(f"unknown cp_algorithm {value!r}; use one of "
+                             f"{', '.join(CP_ALGORITHMS)}")
+        return value
 
     @field_validator("schedule")
     @classmethod
@@ -124,7 +143,9 @@ class ParallelismConfig(BaseModel):
         dp = self.dp if self.dp is not None else max(1, world_size // inner)
         return ParallelDims(tp=self.tp, cp=self.cp, pp=self.pp, dp=dp, ep=self.ep,
                             vpp=self.vpp, zero=self.zero, sp=self.sp, order=self.order,
-                            world_size=world_size)
+                            world_size=world_size,
+                            cp_a2a=ulysses_degree(self.cp_algorithm, self.cp, self.cp_a2a_size),
+                            fsdp_shard=self.fsdp.shard_size or 0)
 
 
 @dataclass(frozen=True)
@@ -145,6 +166,8 @@ class ParallelDims:
     sp: bool = False
     order: str = "tp-cp-pp-dp"
     world_size: int = 0  # 0: tp·cp·pp·dp
+    cp_a2a: int = 1  # CP ranks of each Ulysses all-to-all (context_volume.py); 1: none
+    fsdp_shard: int = 0  # HSDP shard group size over dp x cp (fsdp.py); 0: all of it
     _axes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -176,6 +199,12 @@ class ParallelDims:
             raise ValueError(f"parallelism.ep={self.ep} must divide dp={self.dp} (experts "
                              f"are spread over data-parallel replicas); use an ep dividing "
                              f"{self.dp}")
+        if self.cp % self.cp_a2a:
+            raise ValueError(f"the CP all-to-all degree {self.cp_a2a} must divide cp="
+                             f"{self.cp}")
+        if self.fsdp_shard and (self.dp * self.cp) % self.fsdp_shard:
+            raise ValueError(f"parallelism.fsdp.shard_size={self.fsdp_shard} must divide "
+                             f"dp x cp = {self.dp * self.cp}")
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"parallelism.vpp={self.vpp} needs pipeline parallelism; set "
                              f"pp >= 2 or vpp: 1")
@@ -246,6 +275,24 @@ class ParallelDims:
             self.rank(**{**c, "cp": cp, "dp": d})
             for cp in range(self.cp) for d in range(c["dp"] % self.ep, self.dp, self.ep)))
 
+    def split_group(self, rank: int, dims: str | Iterable[str], size: int,
+                    part: Literal["block", "stride"]) -> tuple[int, ...]:
+        """A sub-group of ``rank``'s group along ``dims`` (in rank order) cut into blocks of
+        ``size`` consecutive members: ``rank``'s block, or ("stride") the members at
+        ``rank``'s offset in every block. Hierarchical CP's all-to-all and ring levels,
+        HSDP's shard and replicate groups."""
+        group = self.group(rank, dims)
+        i = group.index(rank)
+        if part == "block":
+            start = i // size * size
+            return group[start:start + size]
+        return group[i % size::size]
+
+    @property
+    def fsdp_shard_size(self) -> int:
+        """Ranks one ZeRO-3 parameter is sharded over: the HSDP shard group, or dp x cp."""
+        return self.fsdp_shard or self.dp * self.cp
+
     def stage_ranks(self, stage: int) -> list[int]:
         """Ranks of pipeline stage ``stage``, ordered by (dp, cp, tp) so index k of every
         stage is the p2p partner of index k of its neighbours."""
@@ -279,6 +326,13 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
         options.append(("parallelism.ddp.overlap_param_gather",
                         PARAM_GATHER_NEEDS_ZERO.format(zero=par.zero)))
     inner = par.tp * par.cp * par.pp
+    sharding = check_context(par.cp_algorithm, par.cp_a2a_size, cp=par.cp, tp=par.tp,
+                             heads=model.num_heads,
+                             kv_heads_per_rank=kv_heads_per_rank(model.kv_heads, par.tp))
+    sharding += check_fsdp(par.fsdp, zero=par.zero, dp=par.dp or num_gpus // inner,
+                           cp=par.cp)
+    if sharding:
+        return options + sharding
     if inner == 1 and par.dp is not None:  # plain data parallelism: the original checks
         return options + check_plan(par.dp, num_gpus, global_batch, micro_batch)
     problems: list[tuple[str, str]] = options

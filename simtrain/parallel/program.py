@@ -51,7 +51,8 @@ def kernel(op: Op, kind: str, expert: bool, layer: int, duration: Duration,
 
 
 def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template]:
-    """``unit``'s forward templates (``kind`` "recompute" for its recomputation)."""
+    """``unit``'s forward templates (``kind`` "recompute" for its recomputation). ``cp``
+    is the CP degree; ring attention takes its block count from each ``Ring``."""
     out: list[Template] = []
     for step in unit.steps:
         match step:
@@ -62,7 +63,7 @@ def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template
                     out.append(Collective(step.name, step.kind, step.fwd, step.group,
                                           step.nbytes))
             case Ring():
-                out.append(ring_forward(step, kind, unit.layer, cp, duration))
+                out.append(ring_forward(step, kind, unit.layer, duration))
             case _:
                 raise unhandled(step)
     return out
@@ -101,8 +102,8 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
                                           step.group, step.nbytes))
             case Ring():
                 if selective:
-                    out.append(ring_forward(step, "recompute", unit.layer, cp, duration))
-                out.append(ring_backward(step, unit.layer, cp, duration))
+                    out.append(ring_forward(step, "recompute", unit.layer, duration))
+                out.append(ring_backward(step, unit.layer, duration))
             case _:
                 raise unhandled(step)
     return out

@@ -15,7 +15,9 @@ attention (CP). The layer's communication sites become collectives here:
    i and 2·cp - 1 - i, so every rank does the same attention work). Ring attention passes
    K,V blocks around the CP ring in cp - 1 steps overlapped with cp blockwise attention
    steps (backward passes K,V and dK,dV); the all-gather variant gathers K,V up front
-   (backward reduce-scatters dK,dV).
+   (backward reduce-scatters dK,dV); Ulysses (a2a) all-to-alls Q,K,V to heads/cp over
+   all tokens and the output back; a2a+p2p does that over cp_a2a ranks and runs ring
+   attention across the cp/cp_a2a groups (``context_volume.py``).
 4. EP (MoE, Fedus et al. 2021; Megatron-Core): all-to-all dispatch of top-k token copies
    to the ranks owning the experts and all-to-all combine; the same in reverse in backward.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
 from simtrain.parallel.templates import unhandled
 from simtrain.workload.layers import (
     ContextAttention,
@@ -69,16 +72,19 @@ class Comm:
 
     @property
     def kind(self) -> str:
-        return f"{self.group}_comm"
+        """The span kind: the group's parallelism ("cp_a2a" is CP's) + "_comm"."""
+        return f"{self.group.split('_')[0]}_comm"
 
 
 @dataclass(frozen=True, slots=True)
 class Ring:
-    """Ring attention: ``steps`` blocks of ``op``/steps, K,V blocks of ``kv_bytes`` passed on."""
+    """Ring attention: ``steps`` blocks of ``op``/steps, K,V blocks of ``kv_bytes`` passed on
+    around each ``group`` ("cp", or "cp_ring" under a2a+p2p)."""
 
     op: Op
     kv_bytes: float
     steps: int
+    group: str = "cp"
 
 
 Step = Compute | Comm | Ring
@@ -99,9 +105,11 @@ class Unit:
 
 @dataclass(frozen=True)
 class ShardSpec(Shard):
-    """Degrees that shape one rank's ops, and how CP attends (ring or all-gather of K,V)."""
+    """Degrees that shape one rank's ops, and how CP attends (``context_volume.py``);
+    ``cp_a2a``: the CP ranks of each all-to-all (cp for a2a, 1 for ring and allgather)."""
 
     cp_algorithm: str = "ring"
+    cp_a2a: int = 1
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
@@ -127,15 +135,31 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
                 steps += _comm(item.name, "ep", "all_to_all", "all_to_all", item.nbytes,
                                spec.ep)
             case ContextAttention():
-                if spec.cp_algorithm == "allgather":
-                    steps += _comm(item.gather_name, "cp", "all_gather", "reduce_scatter",
-                                   item.kv_bytes * spec.cp, spec.cp)
-                    steps.append(Compute(item.core))
-                else:
-                    steps.append(Ring(item.core, item.kv_bytes, spec.cp))
+                steps += _context(item, spec)
             case _:
                 raise unhandled(item)
     return Unit(program.name, tuple(steps), layer=program.layer)
+
+
+def _context(item: ContextAttention, spec: ShardSpec) -> list[Step]:
+    """The CP attention of ``item`` under ``spec.cp_algorithm`` (``context_volume.py``)."""
+    cp, u = spec.cp, spec.cp_a2a
+    if spec.cp_algorithm == "allgather":
+        return [*_comm(item.gather_name, "cp", "all_gather", "reduce_scatter",
+                       item.kv_bytes * cp, cp), Compute(item.core)]
+    if u == 1:
+        return [Ring(item.core, item.kv_bytes, cp)]
+    # Ulysses: Q, K, V to all tokens x heads/u, attention, the output back; the backward
+    # reverses both (dO, then dQ, dK, dV). The full attention of the rank's heads has the
+    # FLOPs and bytes of ``item.core`` (s/cp queries x all heads = s queries x heads/cp).
+    group = "cp" if u == cp else CP_A2A_GROUP
+    attn = item.core.name.rsplit(".", 1)[0]
+    steps: list[Step] = [Comm(f"{attn}.qkv_a2a", group, "all_to_all", "all_to_all",
+                              item.q_bytes + item.kv_bytes)]
+    steps.append(Compute(item.core) if u == cp else
+                 Ring(item.core, item.kv_bytes, cp // u, CP_RING_GROUP))
+    steps.append(Comm(f"{attn}.out_a2a", group, "all_to_all", "all_to_all", item.o_bytes))
+    return steps
 
 
 def block_unit(cfg: ModelConfig, i: int, b: int, s: int, dt: int, spec: ShardSpec) -> Unit:

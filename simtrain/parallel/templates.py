@@ -55,7 +55,7 @@ class Collective:
 @dataclass(frozen=True, slots=True)
 class RingAttention:
     """``steps`` attention blocks of ``base`` seconds each, K,V blocks of ``nbytes`` passed
-    around the CP ring between them."""
+    around each ``group`` ring between them ("cp", or "cp_ring" under a2a+p2p)."""
 
     name: str
     kind: str
@@ -64,22 +64,32 @@ class RingAttention:
     nbytes: float
     steps: int
     layer: int
+    group: str = "cp"
 
 
 @dataclass(frozen=True, slots=True)
 class ParamGather:
-    """FSDP: all-gather of a unit's ``nbytes`` of parameters over the data-parallel group."""
+    """FSDP: all-gather of a unit's ``nbytes`` of parameters over its shard group, issued
+    ``prefetch`` units ahead; ``keep``: the unit stays gathered until its gradients are
+    reduced (no reshard after forward), so a gather of a gathered ``unit`` is skipped."""
 
     name: str
     nbytes: float
+    unit: str = ""
+    prefetch: int = 1
+    keep: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class GradScatter:
-    """FSDP: reduce-scatter of a unit's ``nbytes`` of gradients over the data-parallel group."""
+    """FSDP: reduce-scatter of a unit's ``nbytes`` of gradients over its shard group (then,
+    under HSDP, an all-reduce of the shard across the replicas), in ``dtype`` (None: the
+    gradients' own); the ``unit`` is resharded."""
 
     name: str
     nbytes: float
+    unit: str = ""
+    dtype: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,11 +71,14 @@ class Site:
 @dataclass(frozen=True, slots=True)
 class ContextAttention:
     """A CP rank's core attention over all keys, and the K,V block of ``kv_bytes`` it holds
-    (ring attention passes it on; the all-gather variant, named ``gather_name``, gathers)."""
+    (ring attention passes it on; the all-gather variant, named ``gather_name``, gathers);
+    ``q_bytes`` and ``o_bytes``: its Q block and attention output (Ulysses all-to-alls)."""
 
     gather_name: str
     core: Op
     kv_bytes: float
+    q_bytes: float
+    o_bytes: float
 
 
 Item = Op | Site | ContextAttention
@@ -193,7 +196,8 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
     if shard.cp > 1:  # context parallelism runs fused (flash) blocks whatever the kernel
         core = flash_attention(f"{p}.attn.core", b, al, sl, s, hl, kvl, dt)
         items.append(ContextAttention(f"{p}.attn.kv_allgather", core,
-                                      float(dt * m * 2 * kvl)))
+                                      float(dt * m * 2 * kvl), float(dt * m * hl),
+                                      float(dt * m * hl)))
     else:
         items += attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt)
     items += [gemm(f"{p}.attn.proj", m, h, hl, dt, cfg.bias, dt * m * hl),

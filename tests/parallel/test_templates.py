@@ -32,11 +32,11 @@ def test_stage_granularity_sums_kernels_and_aggregates_collectives_per_group_and
           Collective("b.g", "tp_comm", "all_reduce", "tp", 30.0),
           GradScatter("fsdp rs x", 7.0)]
     out = fuse(ts, "stage", "backward")
-    assert out == [ParamGather("dp all_gather", 5.0),
+    assert out == [ParamGather("dp all_gather", 5.0, unit="stage"),
                    Kernel("backward fsdp ag x..fsdp rs x", "backward", base=3.0, flops=10.0,
                           params=("w1", "w2"), kernels=2),
                    Collective("tp all_reduce", "tp_comm", "all_reduce", "tp", 40.0),
-                   GradScatter("dp reduce_scatter", 7.0)]
+                   GradScatter("dp reduce_scatter", 7.0, unit="stage")]
 
 
 def test_layer_granularity_fuses_kernels_of_one_layer_between_collectives():
