@@ -151,9 +151,13 @@ class Backend:
 
     def switch_latency(self, cls: str, algorithm: str, protocol: str) -> float:
         """Alpha of an in-network reduction through a switch of link class ``cls``
-        ("nvlink" or "net"): NCCL's hwLat row for the algorithm (0 for other backends)."""
+        ("nvlink" or "net"): NCCL's hwLat row for the algorithm (0 for other backends).
+        NVLS through the NVSwitch: 0 here; its latency is the pipeline model's
+        (simtrain.comm.nvls_pipeline), which replaces NCCL's lumped 25 us."""
         if self.tuning is None:
             return self.launch_latency
+        if algorithm == "nvls" and cls == "nvlink":
+            return 0.0
         return self.tuning.hop_us[cls][_family(algorithm)][PROTOCOLS.index(protocol)] * US
 
     def supports(self, algorithm: str, protocol: str) -> bool:
@@ -168,8 +172,9 @@ class Backend:
         return self.link_efficiency.get(kind, 1.0)
 
     def wire_factor(self, algorithm: str, protocol: str, nodes: int, arch: str = "") -> float:
-        """Bytes on the wire per payload byte (the protocol's bandwidth cost); for NVLS the
-        inverse of NVSwitch's multimem efficiency (tuning.cc nvlsEfficiency)."""
+        """Bytes on the wire per payload byte (the protocol's bandwidth cost); for NVLS
+        reduce-scatter and all-gather the inverse of NVSwitch's multimem efficiency
+        (tuning.cc nvlsEfficiency; NVLS all-reduce: simtrain.comm.nvls_pipeline)."""
         if algorithm == "nvls" and self.tuning is not None:
             return 1 / _NVLS_EFFICIENCY.get(arch, 1.0)
         if protocol == "LL":

@@ -16,6 +16,8 @@ from functools import lru_cache
 
 from simtrain.comm.algorithms import AlgorithmError, Call, Context, Phase, lowering
 from simtrain.comm.backends import BACKENDS, IDEAL, Backend, link_class
+from simtrain.comm.nvls_pipeline import nvls_overheads
+from simtrain.comm.nvls_pipeline import wire_factor as nvls_wire_factor
 from simtrain.engine.network import Fabric, isolated_time
 
 # nccl-tests bus bandwidth factor per op (../shared/reference/nccl.yaml), n = group size.
@@ -164,8 +166,26 @@ class CommModel:
             fixed, transfer = self._cost(call, algorithm, protocol)
             return fixed + transfer
         fixed, per_byte = self._unit_cost(call.op, call.ranks, algorithm, protocol)
-        eff = self.backend.size_efficiency(call.op, algorithm, protocol, call.nbytes)
-        return fixed + per_byte * call.nbytes / eff
+        extra, eff = self._size_terms(call, algorithm, protocol, per_byte)
+        return fixed + extra + per_byte * call.nbytes / eff
+
+    def _pipelined(self, algorithm: str) -> bool:
+        """Whether ``algorithm`` runs NCCL's chunked NVLS pipeline (simtrain.comm.nvls_pipeline)."""
+        return algorithm == "nvls" and self.backend.tuning is not None
+
+    def _size_terms(self, call: Call, algorithm: str, protocol: str,
+                    per_byte: float) -> tuple[float, float]:
+        """(latency added, bandwidth efficiency) that depend on the message size: NVLS's
+        pipeline fill and per-round flag exchanges, or the tree's correction factor."""
+        if self._pipelined(algorithm) and call.nbytes > 0:
+            return nvls_overheads(call.nbytes, len(call.ranks), self.arch, per_byte)
+        return 0.0, self.backend.size_efficiency(call.op, algorithm, protocol, call.nbytes)
+
+    def _wire(self, op: str, algorithm: str, protocol: str, ranks: int, nodes: int) -> float:
+        """Wire bytes per payload byte; NVLS all-reduce's depends on the group size."""
+        if self._pipelined(algorithm) and op == "all_reduce":
+            return nvls_wire_factor(ranks, self.arch)
+        return self.backend.wire_factor(algorithm, protocol, nodes, self.arch)
 
     def _unit_cost_uncached(self, op: str, ranks: tuple[int, ...], algorithm: str,
                             protocol: str) -> tuple[float, float]:
@@ -177,7 +197,7 @@ class CommModel:
         if not phases:
             return 0.0, 0.0
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(algorithm, protocol, nodes, self.arch)
+        wire = self._wire(call.op, algorithm, protocol, len(call.ranks), nodes)
         route = self.fabric.route
         transfer = 0.0
         for ph in phases:
@@ -228,11 +248,15 @@ class CommModel:
     def _plan(self, call: Call, algorithm: str) -> Lowered:
         name, protocol, t = self.choose(call, algorithm)
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(name, protocol, nodes, self.arch)
+        wire = self._wire(call.op, name, protocol, len(call.ranks), nodes)
         phases = self._phases(call, name, protocol)
         # A size efficiency stretches every flow's time alike: the bytes grow by 1/eff
         # while the caps (computed with ``wire``) stay, so capped flows stretch too.
-        eff = self.backend.size_efficiency(call.op, name, protocol, call.nbytes)
+        per_byte = (self._unit_cost(call.op, call.ranks, name, protocol)[1]
+                    if call.splits is None and call.nbytes > 0 else 0.0)
+        extra, eff = self._size_terms(call, name, protocol, per_byte)
+        if extra and phases:
+            phases = [replace(phases[0], latency=phases[0].latency + extra), *phases[1:]]
         return Lowered(
             algorithm=name,
             protocol=protocol,
