@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from simtrain.comm.algorithms import AlgorithmError, Call, Context, Phase, lowering
 from simtrain.comm.backends import BACKENDS, IDEAL, Backend, link_class
+from simtrain.comm.fitted import FittedLevel, FittedRange, lookup
 from simtrain.comm.nvls_pipeline import nvls_overheads
 from simtrain.comm.nvls_pipeline import wire_factor as nvls_wire_factor
 from simtrain.engine.network import Fabric, isolated_time
@@ -60,8 +61,10 @@ class CommModel:
         algorithms: Mapping[str, str] | None = None,
         protocol: str = "auto",
         launch_latency: float | None = None,
+        fitted: Sequence[FittedLevel] = (),
     ) -> None:
         self.fabric = fabric
+        self.fitted = tuple(fitted)
         self.backend = BACKENDS[backend] if isinstance(backend, str) else backend
         self.arch = arch
         self.forced = dict(algorithms or {})
@@ -250,6 +253,9 @@ class CommModel:
         nodes = self._nodes(call.ranks)
         wire = self._wire(call.op, name, protocol, len(call.ranks), nodes)
         phases = self._phases(call, name, protocol)
+        measured = self._fitted_range(call)
+        if measured is not None:
+            return self._measured_plan(call, name, protocol, phases, measured, t)
         # A size efficiency stretches every flow's time alike: the bytes grow by 1/eff
         # while the caps (computed with ``wire``) stay, so capped flows stretch too.
         per_byte = (self._unit_cost(call.op, call.ranks, name, protocol)[1]
@@ -290,5 +296,29 @@ class CommModel:
         if best is None:
             raise AlgorithmError("; ".join(errors))
         t, name, protocol = best
+        measured = self._fitted_range(call)
+        if measured is not None:
+            t = measured.time(call.nbytes, busbw_factor(call.op, len(call.ranks)))
         return name, protocol, t
+
+    def _fitted_range(self, call: Call) -> FittedRange | None:
+        """The measured range (``comm.fitted``) that replaces the model for ``call``."""
+        if not self.fitted or call.splits is not None or call.nbytes <= 0:
+            return None
+        return lookup(self.fitted, call.op, len(call.ranks), self._nodes(call.ranks),
+                      call.nbytes)
+
+    def _measured_plan(self, call: Call, name: str, protocol: str, phases: list[Phase],
+                       measured: FittedRange, t: float) -> Lowered:
+        """The chosen algorithm's flows, scaled so that on an idle network they move the
+        bytes at the measured bus bandwidth after the measured latency."""
+        route = self.fabric.route
+        raw = sum(isolated_time([(route(a, b), nb) for a, b, nb in ph.flows], self.capacity,
+                                None, coupled=ph.coupled) for ph in phases)
+        target = call.nbytes * busbw_factor(call.op, len(call.ranks)) / measured.busbw
+        return Lowered(
+            algorithm=name, protocol=protocol, launch_latency=measured.latency,
+            phases=[replace(ph, latency=0.0) for ph in phases],
+            wire_factor=target / raw if raw > 0 else 1.0,
+            flow_caps=[float("inf")] * len(phases), predicted_s=t)
 
