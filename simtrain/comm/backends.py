@@ -38,10 +38,12 @@ _NCCL_HW = {
 # tuning.cc nvlsEfficiency by arch: the share of NVLink payload bandwidth NVSwitch
 # multimem reductions and multicasts reach (0 = no NVLink SHARP before Hopper).
 _NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
-# tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)], NCCL 2.30.7 (unchanged since 2.4):
-# the share of the tree's modelled all-reduce bandwidth NCCL's developers measure by
-# message size (pipeline start-up and chunking at mid sizes; 1.0 from 512 MiB). Structure
-# and range (0.4-1.0) in reference/nccl.yaml latency_model; values read in tuning.cc.
+# tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)]: the share of the tree's modelled
+# all-reduce bandwidth NCCL's developers measure by message size (pipeline start-up and
+# chunking at mid sizes). VERIFIED: the structure (per protocol, indexed by log2(n/64)) and
+# range (0.4-1.0), reference/nccl.yaml latency_model. UNVERIFIED: the 69 values, written
+# from NCCL's tuning.cc as remembered (unchanged since 2.4 as far as we know); the
+# reference does not list them.
 _TREE_CORRECTION = {
     "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
            1.0, 1.0, 1.0, 1.0),
