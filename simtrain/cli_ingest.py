@@ -118,8 +118,9 @@ def _print(summary: dict[str, Any]) -> None:
 
 
 def calibrate_nccl(logs: list[Path], write: Path | None, as_json: bool) -> None:
-    """``simtrain calibrate --nccl-tests LOG...``: fit and report each log's sweep."""
-    from simtrain.ingest.nccl_fit import fit_sweep, fits_payload
+    """``simtrain calibrate --nccl-tests LOG...``: fit and report each log's sweep;
+    ``--write`` writes the scenario ``comm:`` block that reproduces the fits."""
+    from simtrain.ingest.nccl_fit import comm_block, fit_sweep, fits_payload
     from simtrain.ingest.nccl_tests import parse_log
     from simtrain.workload.tables import atomic_write
 
@@ -129,15 +130,7 @@ def calibrate_nccl(logs: list[Path], write: Path | None, as_json: bool) -> None:
         raise fail(str(exc)) from None
     payload = fits_payload(fits)
     if write is not None:
-        import io
-
-        from ruamel.yaml import YAML
-
-        buf = io.StringIO()
-        yaml = YAML(typ="safe")
-        yaml.default_flow_style = None
-        yaml.dump({"nccl_tests_fits": payload}, buf)
-        atomic_write(write, buf.getvalue())
+        atomic_write(write, _comm_yaml(fits, comm_block(fits)))
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
@@ -160,6 +153,26 @@ def calibrate_nccl(logs: list[Path], write: Path | None, as_json: bool) -> None:
         out.print(table)
     if write is not None:
         out.print(f"wrote {write}")
+
+
+def _comm_yaml(fits: list[Any], block: dict[str, Any]) -> str:
+    """The ``comm:`` block as YAML, headed by one comment line per fitted sweep."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    buf = io.StringIO()
+    yaml = YAML()  # round-trip dumper: keys stay in the order written
+    yaml.default_flow_style = None
+    yaml.width = 120
+    yaml.dump(block, buf)
+    head = ["# simtrain calibrate --nccl-tests: measured collective latency and bus bandwidth",
+            "# per level and size range; paste this comm: block into a scenario (keys beside"
+            " it stay)."]
+    head += [f"# {Path(f.sweep.path).name}: {f.sweep.op}, {f.sweep.nranks} ranks on "
+             f"{f.sweep.nodes} node(s), worst busbw error of the fit {f.max_error():.1%}"
+             for f in fits]
+    return "\n".join(head) + "\n" + buf.getvalue()
 
 
 def compare_trace(

@@ -38,10 +38,12 @@ _NCCL_HW = {
 # tuning.cc nvlsEfficiency by arch: the share of NVLink payload bandwidth NVSwitch
 # multimem reductions and multicasts reach (0 = no NVLink SHARP before Hopper).
 _NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
-# tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)], NCCL 2.30.7 (unchanged since 2.4):
-# the share of the tree's modelled all-reduce bandwidth NCCL's developers measure by
-# message size (pipeline start-up and chunking at mid sizes; 1.0 from 512 MiB). Structure
-# and range (0.4-1.0) in reference/nccl.yaml latency_model; values read in tuning.cc.
+# tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)]: the share of the tree's modelled
+# all-reduce bandwidth NCCL's developers measure by message size (pipeline start-up and
+# chunking at mid sizes). VERIFIED: the structure (per protocol, indexed by log2(n/64)) and
+# range (0.4-1.0), reference/nccl.yaml latency_model. UNVERIFIED: the 69 values, written
+# from NCCL's tuning.cc as remembered (unchanged since 2.4 as far as we know); the
+# reference does not list them.
 _TREE_CORRECTION = {
     "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
            1.0, 1.0, 1.0, 1.0),
@@ -151,9 +153,13 @@ class Backend:
 
     def switch_latency(self, cls: str, algorithm: str, protocol: str) -> float:
         """Alpha of an in-network reduction through a switch of link class ``cls``
-        ("nvlink" or "net"): NCCL's hwLat row for the algorithm (0 for other backends)."""
+        ("nvlink" or "net"): NCCL's hwLat row for the algorithm (0 for other backends).
+        NVLS through the NVSwitch: 0 here; its latency is the pipeline model's
+        (simtrain.comm.nvls_pipeline), which replaces NCCL's lumped 25 us."""
         if self.tuning is None:
             return self.launch_latency
+        if algorithm == "nvls" and cls == "nvlink":
+            return 0.0
         return self.tuning.hop_us[cls][_family(algorithm)][PROTOCOLS.index(protocol)] * US
 
     def supports(self, algorithm: str, protocol: str) -> bool:
@@ -168,8 +174,9 @@ class Backend:
         return self.link_efficiency.get(kind, 1.0)
 
     def wire_factor(self, algorithm: str, protocol: str, nodes: int, arch: str = "") -> float:
-        """Bytes on the wire per payload byte (the protocol's bandwidth cost); for NVLS the
-        inverse of NVSwitch's multimem efficiency (tuning.cc nvlsEfficiency)."""
+        """Bytes on the wire per payload byte (the protocol's bandwidth cost); for NVLS
+        reduce-scatter and all-gather the inverse of NVSwitch's multimem efficiency
+        (tuning.cc nvlsEfficiency; NVLS all-reduce: simtrain.comm.nvls_pipeline)."""
         if algorithm == "nvls" and self.tuning is not None:
             return 1 / _NVLS_EFFICIENCY.get(arch, 1.0)
         if protocol == "LL":

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simtrain.comm.algorithms import ALGORITHMS
+from simtrain.comm.fitted import FittedLevel
 from simtrain.comm.model import CommModel
 from simtrain.engine.network import Fabric
 from simtrain.errors import ScenarioError
@@ -31,6 +32,7 @@ class CommConfig(BaseModel):
     algorithms: dict[str, str] = Field(default_factory=dict)
     protocol: Literal["auto", "LL", "LL128", "Simple"] = "auto"
     collective_latency: Seconds | None = None
+    fitted: list[FittedLevel] = Field(default_factory=list)
 
     @field_validator("algorithm")
     @classmethod
@@ -59,7 +61,8 @@ class CommConfig(BaseModel):
             forced.setdefault("*", self.algorithm)
         _check_in_network(forced, fabric)
         return CommModel(fabric, self.backend, arch=arch, algorithms=forced,
-                         protocol=self.protocol, launch_latency=self.collective_latency)
+                         protocol=self.protocol, launch_latency=self.collective_latency,
+                         fitted=self.fitted)
 
 
 # In-network algorithms and the switch level they need above every GPU.

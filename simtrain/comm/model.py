@@ -16,6 +16,9 @@ from functools import lru_cache
 
 from simtrain.comm.algorithms import AlgorithmError, Call, Context, Phase, lowering
 from simtrain.comm.backends import BACKENDS, IDEAL, Backend, link_class
+from simtrain.comm.fitted import FittedLevel, FittedRange, lookup
+from simtrain.comm.nvls_pipeline import nvls_overheads
+from simtrain.comm.nvls_pipeline import wire_factor as nvls_wire_factor
 from simtrain.engine.network import Fabric, isolated_time
 
 # nccl-tests bus bandwidth factor per op (../shared/reference/nccl.yaml), n = group size.
@@ -58,8 +61,10 @@ class CommModel:
         algorithms: Mapping[str, str] | None = None,
         protocol: str = "auto",
         launch_latency: float | None = None,
+        fitted: Sequence[FittedLevel] = (),
     ) -> None:
         self.fabric = fabric
+        self.fitted = tuple(fitted)
         self.backend = BACKENDS[backend] if isinstance(backend, str) else backend
         self.arch = arch
         self.forced = dict(algorithms or {})
@@ -164,8 +169,26 @@ class CommModel:
             fixed, transfer = self._cost(call, algorithm, protocol)
             return fixed + transfer
         fixed, per_byte = self._unit_cost(call.op, call.ranks, algorithm, protocol)
-        eff = self.backend.size_efficiency(call.op, algorithm, protocol, call.nbytes)
-        return fixed + per_byte * call.nbytes / eff
+        extra, eff = self._size_terms(call, algorithm, protocol, per_byte)
+        return fixed + extra + per_byte * call.nbytes / eff
+
+    def _pipelined(self, algorithm: str) -> bool:
+        """Whether ``algorithm`` runs NCCL's chunked NVLS pipeline (simtrain.comm.nvls_pipeline)."""
+        return algorithm == "nvls" and self.backend.tuning is not None
+
+    def _size_terms(self, call: Call, algorithm: str, protocol: str,
+                    per_byte: float) -> tuple[float, float]:
+        """(latency added, bandwidth efficiency) that depend on the message size: NVLS's
+        pipeline fill and per-round flag exchanges, or the tree's correction factor."""
+        if self._pipelined(algorithm) and call.nbytes > 0:
+            return nvls_overheads(call.nbytes, len(call.ranks), self.arch, per_byte)
+        return 0.0, self.backend.size_efficiency(call.op, algorithm, protocol, call.nbytes)
+
+    def _wire(self, op: str, algorithm: str, protocol: str, ranks: int, nodes: int) -> float:
+        """Wire bytes per payload byte; NVLS all-reduce's depends on the group size."""
+        if self._pipelined(algorithm) and op == "all_reduce":
+            return nvls_wire_factor(ranks, self.arch)
+        return self.backend.wire_factor(algorithm, protocol, nodes, self.arch)
 
     def _unit_cost_uncached(self, op: str, ranks: tuple[int, ...], algorithm: str,
                             protocol: str) -> tuple[float, float]:
@@ -177,7 +200,7 @@ class CommModel:
         if not phases:
             return 0.0, 0.0
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(algorithm, protocol, nodes, self.arch)
+        wire = self._wire(call.op, algorithm, protocol, len(call.ranks), nodes)
         route = self.fabric.route
         transfer = 0.0
         for ph in phases:
@@ -228,11 +251,18 @@ class CommModel:
     def _plan(self, call: Call, algorithm: str) -> Lowered:
         name, protocol, t = self.choose(call, algorithm)
         nodes = self._nodes(call.ranks)
-        wire = self.backend.wire_factor(name, protocol, nodes, self.arch)
+        wire = self._wire(call.op, name, protocol, len(call.ranks), nodes)
         phases = self._phases(call, name, protocol)
+        measured = self._fitted_range(call)
+        if measured is not None:
+            return self._measured_plan(call, name, protocol, phases, measured, t)
         # A size efficiency stretches every flow's time alike: the bytes grow by 1/eff
         # while the caps (computed with ``wire``) stay, so capped flows stretch too.
-        eff = self.backend.size_efficiency(call.op, name, protocol, call.nbytes)
+        per_byte = (self._unit_cost(call.op, call.ranks, name, protocol)[1]
+                    if call.splits is None and call.nbytes > 0 else 0.0)
+        extra, eff = self._size_terms(call, name, protocol, per_byte)
+        if extra and phases:
+            phases = [replace(phases[0], latency=phases[0].latency + extra), *phases[1:]]
         return Lowered(
             algorithm=name,
             protocol=protocol,
@@ -266,5 +296,29 @@ class CommModel:
         if best is None:
             raise AlgorithmError("; ".join(errors))
         t, name, protocol = best
+        measured = self._fitted_range(call)
+        if measured is not None:
+            t = measured.time(call.nbytes, busbw_factor(call.op, len(call.ranks)))
         return name, protocol, t
+
+    def _fitted_range(self, call: Call) -> FittedRange | None:
+        """The measured range (``comm.fitted``) that replaces the model for ``call``."""
+        if not self.fitted or call.splits is not None or call.nbytes <= 0:
+            return None
+        return lookup(self.fitted, call.op, len(call.ranks), self._nodes(call.ranks),
+                      call.nbytes)
+
+    def _measured_plan(self, call: Call, name: str, protocol: str, phases: list[Phase],
+                       measured: FittedRange, t: float) -> Lowered:
+        """The chosen algorithm's flows, scaled so that on an idle network they move the
+        bytes at the measured bus bandwidth after the measured latency."""
+        route = self.fabric.route
+        raw = sum(isolated_time([(route(a, b), nb) for a, b, nb in ph.flows], self.capacity,
+                                None, coupled=ph.coupled) for ph in phases)
+        target = call.nbytes * busbw_factor(call.op, len(call.ranks)) / measured.busbw
+        return Lowered(
+            algorithm=name, protocol=protocol, launch_latency=measured.latency,
+            phases=[replace(ph, latency=0.0) for ph in phases],
+            wire_factor=target / raw if raw > 0 else 1.0,
+            flow_caps=[float("inf")] * len(phases), predicted_s=t)
 

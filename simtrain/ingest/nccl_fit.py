@@ -132,3 +132,22 @@ def fits_payload(fits: Sequence[SweepFit]) -> list[dict[str, object]]:
              "errors": [{"bytes": b, "busbw_error": round(e, 5), "check_error": round(c, 5)}
                         for b, e, c in zip(f.sizes, f.errors, f.check_errors, strict=True)]}
             for f in fits]
+
+
+def comm_block(fits: Sequence[SweepFit]) -> dict[str, object]:
+    """The scenario ``comm:`` block that makes the comm model reproduce ``fits``: one
+    ``fitted`` entry per sweep (op, level, group size, size ranges with latency and bus
+    bandwidth; simtrain.comm.fitted). Units as strings, 6 significant digits."""
+    entries = []
+    for f in fits:
+        ranges = []
+        for k, s in enumerate(f.segments):
+            # a range reaches up to the next one's start, so sizes between two measured
+            # ones take the range below them; the last has no upper end
+            ranges.append({"from_bytes": int(s.lo), "to_bytes": int(s.hi),
+                           "latency": f"{s.latency * 1e6:.6g}us",
+                           "busbw": f"{s.busbw / 1e9:.6g}GB/s"})
+            assert k == 0 or s.lo > f.segments[k - 1].hi
+        entries.append({"op": f.sweep.op, "level": f.level, "ranks": f.sweep.nranks,
+                        "nodes": f.sweep.nodes, "source": f.sweep.path, "ranges": ranges})
+    return {"comm": {"fitted": entries}}

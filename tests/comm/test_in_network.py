@@ -49,11 +49,30 @@ def test_nvls_reduce_scatter_and_all_gather(op):
 
 
 def test_nccl_nvls_time_by_hand():
-    # NCCL on DGX H100: NVLS latency hwLat[NVLINK][NVLS][Simple] = 25 us, base 0;
-    # bandwidth 450 GB/s x 20.6/25 (NVLink efficiency) x 0.85 (nvlsEfficiency) =
-    # 315.18 GB/s; 64 MB: 25 us + 72e6 / 315.18e9 = 25 + 228.44 = 253.44 us.
+    # NCCL's NVLS pipeline on DGX H100 (simtrain.comm.nvls_pipeline), 64 MB over 8 GPUs:
+    # link 450 GB/s x 20.6/25 = 370.8 GB/s; wire factor 2*7/(9*1.428) = 1.089325; a GPU's
+    # link carries 64e6 x 9/8 = 72e6 B -> 1.125 x 1.089325 / 370.8e9 = 3.30499e-12 s/B.
+    # Chunk: 64e6 < 64 x 128 x 128 KiB and < 8 x 128 x 64 KiB, >= 2 x 128 x 32 KiB -> 32 KiB;
+    # a round R = 32 KiB x 16 channels x 8 heads = 4,194,304 B takes T(R) = 13.862 us;
+    # flag exchange 8 x 0.635 = 5.08 us. Fill 2 x (13.862 + 5.08) = 37.884 us; efficiency
+    # 1 / (1 + 5.08/13.862) = 0.73183; transfer 64e6 x 3.30499e-12 / 0.73183 = 289.03 us.
+    # Total 8.2 + 37.884 + 289.03 = 335.11 us.
     t, _ = timed(cluster(), "all_reduce", "nvls", backend="nccl")
-    assert t == pytest.approx(253.44e-6, rel=1e-4)
+    assert t == pytest.approx(335.11e-6, rel=1e-4)
+
+
+@pytest.mark.parametrize(("nbytes", "busbw"), [
+    # CoreWeave, GB200 NVL72 single rack, 72 GPUs (../shared/reference/nccl_modern.yaml)
+    (536870912, 586.06), (1073741824, 681.17), (2147483648, 757.78),
+    (4294967296, 839.16), (8589934592, 834.57)])
+def test_nvl72_72_gpu_all_reduce_within_10_percent(nbytes, busbw):
+    c = cluster("gb200-nvl72", nodes=1)
+    g = TaskGraph(c.num_gpus)
+    g.collective("all_reduce", list(range(72)), nbytes, "ar")
+    tl = execute(g, c, comm=CommModel(c, "nccl", arch=c.gpu_spec.arch), network="analytic")
+    assert tl.spans[0].meta["algorithm"] == "nvls"
+    assert nbytes / tl.end * busbw_factor("all_reduce", 72) / 1e9 == pytest.approx(
+        busbw, rel=0.10)
 
 
 @pytest.mark.parametrize("gib", [1, 2, 4, 8])
