@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from simtrain.cli import app
@@ -106,16 +108,22 @@ def test_dualpipe_holds_p_plus_1_chunks_and_two_copies_of_the_parameters():
         assert params(dual, i) == params(one, i) + params(one, 3 - i)
 
 
-def test_an_overlapped_pair_hides_one_chunks_collective_behind_the_others_kernels(star_fabric):
-    # One stage of tp 2, two microbatches; a unit is kernel a (1 s), a TP all-reduce
-    # (forward only, as Megatron's g), kernel b (1 s); backward b', a' of 2 s each. In
+@pytest.mark.parametrize(("group", "op", "dims"), [
+    ("tp", "all_reduce", ParallelDims(tp=2)),
+    ("ep", "all_to_all", ParallelDims(dp=2, ep=2)),  # an EP dispatch, as DeepSeek overlaps
+])
+def test_an_overlapped_pair_hides_one_chunks_collective_behind_the_others_kernels(
+        star_fabric, group, op, dims):
+    # One stage of two ranks, two microbatches; a unit is kernel a (1 s), a collective
+    # (forward only: Megatron's g, or an EP all-to-all), kernel b (1 s); backward b', a' of
+    # 2 s each. In
     # sequence, F1 then B0 take 1 + c + 1 + 2 + 2 = 6 + c (c the all-reduce). Overlapped,
     # the compute stream runs a [0, 1], then B0's b' a' [1, 5] while F1's all-reduce runs,
     # then F1's b [5, 6]: the pair takes 6 s, c hidden (c < 4).
     unit = Unit("layers.0", (Compute(Op("a", "elementwise", 0.0, 1.0, None, (), 0.0)),
-                             Comm("g", "tp", "all_reduce", None, 4e8),
+                             Comm("g", group, op, None, 4e8),
                              Compute(Op("b", "elementwise", 0.0, 1.0, None, (), 0.0))), layer=0)
-    options = LowerOptions(dims=ParallelDims(tp=2), micro_batches=2, dtype_bytes=2,
+    options = LowerOptions(dims=dims, micro_batches=2, dtype_bytes=2,
                            grad_bytes_per_element=4, first_bucket_bytes=1, bucket_cap_bytes=1,
                            overlap=True, optimizer_bytes_per_param=0)
 
@@ -168,3 +176,13 @@ def test_the_two_copies_of_each_chunk_sum_their_gradients(zero, shard):
     numel = {sum(p.numel for u in c for p in u.params) for row in plan.units for c in row}
     assert {t.comm.nbytes for t in sums} == {4.0 * n / shard for n in numel}
     assert all(t.stream == "dp" and t.kind == "dp_comm" for t in sums)
+
+
+@settings(max_examples=25, deadline=None)
+@given(half=st.integers(1, 4), extra=st.integers(0, 6))
+def test_dualpipe_is_a_valid_schedule_for_any_even_degrees(half, extra):
+    # Any even p and even m >= 2p: Schedule() checks every F, B, W once per microbatch and
+    # chunk of its route and in order; every rank holds at most p + 1 chunk-microbatches.
+    p, m = 2 * half, 4 * half + 2 * extra
+    sched = make_schedule("dualpipe", p, m, 2)
+    assert all(peak_in_flight(s) <= p + 1 for s in sched.stages)
