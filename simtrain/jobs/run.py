@@ -203,7 +203,10 @@ def simulate_jobs(scenario: JobsScenario, *, baseline: bool = True) -> JobsResul
     shared = shared_links(timeline, offsets, names)
     used = sum(len(job.gpus) for job in scenario.jobs)
     notes = [START_NOTE]
-    if not shared:
+    if scenario.sim.network == "analytic":
+        notes.append("sim.network: analytic gives every collective its idle-network time, "
+                     "so the jobs do not contend: use sim.network: flow")
+    elif not shared:
         notes.append("no link carried the traffic of two jobs: their steps do not interact "
                      "(each is as fast as alone)")
     result_summary: dict[str, Any] = {

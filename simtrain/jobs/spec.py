@@ -54,6 +54,7 @@ TOP_KEYS: tuple[str, ...] = ("name", "description", *SHARED_KEYS, "placement", "
 JOB_KEYS: tuple[str, ...] = ("gpus", "placement", "model", "training", "parallelism")
 # What a job's own document holds; errors on these fields point into jobs.NAME.
 _JOB_FIELDS = ("name", "model", "training", "parallelism")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class _Shared(BaseModel):
@@ -204,6 +205,9 @@ def _check_sim(src: _Source, sim: SimConfig) -> None:
 
 def _request(src: _Source, name: str, body: Any, default: str) -> Request:
     path: Path_ = ("jobs", name)
+    if not _NAME.fullmatch(name):  # --set jobs.NAME.field and report labels need it plain
+        raise src.error(path, f"job name {name!r}: use letters, digits, _ and - only "
+                              f"(e.g. train_a)")
     if not isinstance(body, dict):
         raise src.error(path, f"expected a mapping with {', '.join(JOB_KEYS)}, got "
                               f"{_given(body)}")

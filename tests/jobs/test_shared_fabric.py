@@ -95,3 +95,11 @@ def test_per_job_timelines_hold_their_own_ranks_and_job_names(crossing):
     assert crossing.job_of(8) == "a" and crossing.job_of(5) == ""
     assert crossing.summary["fidelity"] == "explicit"
     assert "symmetric" in crossing.summary["fidelity_note"]
+
+
+def test_the_analytic_network_says_that_jobs_do_not_contend():
+    doc = scenario([1, 9])
+    doc["sim"] = {"network": "analytic"}
+    result = simulate_jobs(load_jobs(doc))
+    assert all(job["slowdown"] == 1.0 for job in result.summary["jobs"].values())
+    assert any("do not contend" in n for n in result.summary["notes"])

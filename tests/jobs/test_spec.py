@@ -95,6 +95,7 @@ def test_a_world_size_mismatch_says_it_is_the_jobs_share(tmp_path):
      "sim.hangs: sim.hangs is not supported with jobs yet"),
     (("    gpus: 16\n", "    gpus: 0\n"), "jobs.a.gpus: expected a whole number of GPUs >= 1"),
     (("  nodes: 4\n", "  nodes: 0\n"), "cluster.nodes"),
+    (("  a:\n", "  a.1:\n"), "job name 'a.1': use letters, digits, _ and - only"),
 ])
 def test_bad_top_level_input_is_one_line(tmp_path, edit, fragment):
     with pytest.raises(ScenarioError) as info:
