@@ -260,6 +260,9 @@ def load_scenario(source: str | Path | Mapping[str, Any],
     src = _read(source)
     for assignment in overrides:
         apply_override(src, assignment)
+    if "jobs" in src.data:  # several jobs on one cluster: simtrain.jobs.load_jobs
+        raise src.error(("jobs",), "a scenario with jobs runs with simtrain run or simtrain "
+                                   "placements (docs/jobs.md); this takes a single-job one")
     if "name" not in src.data and not isinstance(source, Mapping):
         src.data["name"] = Path(source).stem
     base = Path.cwd() if isinstance(source, Mapping) else Path(source).parent

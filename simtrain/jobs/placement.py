@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simtrain.limits import MAX_GPUS
+
 # The placement policies (the one list of their names).
 POLICIES: tuple[str, ...] = ("pack", "spread")
 
@@ -58,6 +60,9 @@ def parse_gpus(value: Any) -> tuple[int, ...]:
         if last < first:
             raise ValueError(f"range {item.strip()!r} ends before it starts; write it "
                              f"low-high, e.g. {last}-{first}")
+        if last - first >= MAX_GPUS:  # checked against the cluster later; bound it first
+            raise ValueError(f"range {item.strip()!r} has {last - first + 1:,} GPUs, more "
+                             f"than the {MAX_GPUS:,} a cluster may have")
         out.extend(range(first, last + 1))
     return tuple(out)
 

@@ -27,7 +27,8 @@ def test_parse_gpus_keeps_the_written_order_and_expands_ranges():
 
 @pytest.mark.parametrize("value, fragment", [
     ("3-1", "ends before it starts"), ("a-b", "range such as 0-7"), ([], "expected pack"),
-    ([True], "GPU number"), ({"x": 1}, "expected pack"), ([1.5], "GPU number")])
+    ([True], "GPU number"), ({"x": 1}, "expected pack"), ([1.5], "GPU number"),
+    ("0-999999999999", "more than the 131,072 a cluster may have")])
 def test_parse_gpus_rejects(value, fragment):
     with pytest.raises(ValueError, match=fragment):
         parse_gpus(value)
