@@ -189,7 +189,14 @@ def gantt_figure(
     fig = go.Figure()
     visible_flags: list[bool] = []
     pipelined = cols.has_kind(SpanKind.PP_COMM)
-    for level, kb in sorted(idle_bars(cols, rows, row_label, level_of, step).items()):
+    ends = None
+    if group_of is not None:  # a group's rows are idle only until its own last span ends
+        group_end: dict[str, float] = {}
+        for r, e in zip(cols.rank.tolist(), cols.end.tolist(), strict=True):
+            g = group_of(r)
+            group_end[g] = max(group_end.get(g, 0.0), e)
+        ends = {r: group_end[group_of(r)] for r, _ in rows}
+    for level, kb in sorted(idle_bars(cols, rows, row_label, level_of, step, ends).items()):
         fig.add_trace(idle_trace(kb, BUBBLE_NAME if pipelined else IDLE_NAME,
                                   showlegend=level == 0, visible=level == 0))
         visible_flags.append(level == 0)
