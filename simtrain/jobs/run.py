@@ -132,8 +132,8 @@ def _interference(lowered: Sequence[LoweredJob]) -> float | Interference:
     for lj, model in zip(lowered[1:], models[1:], strict=True):
         if model != models[0]:
             raise scenario_error(lj.job.scenario, "training.dtype", (
-                f"the interference model of job {lj.job.name!r} differs from job "
-                f"{lowered[0].job.name!r}'s (their GEMM rates differ by dtype); give the "
+                f"the interference model of job {lj.job.name!r} differs from that of job "
+                f"{lowered[0].job.name!r} (their GEMM rates differ by dtype); give the "
                 "jobs the same training dtype or set compute.comm_interference"))
     return models[0]
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from simtrain.errors import ScenarioError
 from simtrain.jobs import load_jobs, simulate_jobs
 
 GRAD_BYTES = 4 * 53_561_088  # fp32 gradients of the 2-layer GPT-2 small (docstring)
@@ -103,3 +104,14 @@ def test_the_analytic_network_says_that_jobs_do_not_contend():
     result = simulate_jobs(load_jobs(doc))
     assert all(job["slowdown"] == 1.0 for job in result.summary["jobs"].values())
     assert any("do not contend" in n for n in result.summary["notes"])
+
+
+def test_jobs_whose_interference_models_differ_are_refused():
+    # fp32 GEMMs run at another peak than bf16 ones: one executor cannot model both jobs'
+    # compute/communication interference, and says so at the job's dtype.
+    doc = scenario([1, 9])
+    doc["compute"] = {"comm_interference": None}  # the SM/HBM model, not a fixed factor
+    doc["jobs"]["b"]["training"]["dtype"] = "fp32"
+    with pytest.raises(ScenarioError, match=r"jobs.b.training.dtype: the interference model "
+                                            r"of job 'b' differs from that of job 'a'"):
+        simulate_jobs(load_jobs(doc))
