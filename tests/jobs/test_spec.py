@@ -108,3 +108,10 @@ def test_is_jobs_file(tmp_path):
     assert not is_jobs_file(ROOT / "scenarios" / "quickstart.yaml")
     assert not is_jobs_file(tmp_path / "missing.yaml")
     assert not is_jobs_file(_write(tmp_path, "jobs: [unclosed\n"))
+
+
+def test_the_top_level_placement_is_the_default_of_jobs_that_name_none(tmp_path):
+    text = TEXT.replace("    placement: spread\n", "").replace("  nodes: 4\n",
+                                                              "  nodes: 4\nplacement: spread\n")
+    a = load_jobs(_write(tmp_path, text)).jobs[0]
+    assert a.policy == "spread" and a.gpus[:5] == (0, 1, 2, 3, 8)
