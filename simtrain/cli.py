@@ -169,6 +169,10 @@ def run(
         check_assets(report_assets)
     except ValueError as exc:
         raise _fail(f"--report-assets: {exc}", 2) from None
+    from simtrain.cli_jobs import is_jobs_file, run_jobs
+    if is_jobs_file(scenario):  # several jobs sharing the cluster (docs/jobs.md)
+        return run_jobs(scenario, set_ or [], report=report, no_report=no_report,
+                        assets=report_assets, trace=trace, as_json=as_json, quiet=quiet)
     with _status("simulating", quiet or as_json):
         result = _simulate(scenario, set_ or [], report, with_report=not no_report,
                            assets=report_assets)
@@ -300,6 +304,7 @@ def _register_extensions() -> None:
     from simtrain.cli_calibrate import register as register_calibrate
     from simtrain.cli_collective import register as register_collective
     from simtrain.cli_ingest import register as register_ingest
+    from simtrain.cli_jobs import register as register_jobs
     from simtrain.cli_plan import register as register_plan
     from simtrain.cli_sweep import register as register_sweep
     from simtrain.cli_topology import register as register_topology
@@ -312,6 +317,7 @@ def _register_extensions() -> None:
     register_calibrate(app)
     register_ingest(app)
     register_topology(app)
+    register_jobs(app)
 
 
 _register_extensions()

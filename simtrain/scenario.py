@@ -285,9 +285,19 @@ def load_scenario(source: str | Path | Mapping[str, Any],
     src = _read(source)
     for assignment in overrides:
         apply_override(src, assignment)
-    _merge_presets(src)
+    if "jobs" in src.data:  # several jobs on one cluster: simtrain.jobs.load_jobs
+        raise src.error(("jobs",), "a scenario with jobs runs with simtrain run or simtrain "
+                                   "placements (docs/jobs.md); this takes a single-job one")
     if "name" not in src.data and not isinstance(source, Mapping):
         src.data["name"] = Path(source).stem
+    base = Path.cwd() if isinstance(source, Mapping) else Path(source).parent
+    return validate_source(src, base, open_parallelism=open_parallelism)
+
+
+def validate_source(src: _Source, base: Path, *, open_parallelism: bool = False) -> Scenario:
+    """Expand presets, validate and check the document of ``src`` (its errors name its file,
+    lines and fields); ``base`` is the folder relative table paths start from."""
+    _merge_presets(src)
     try:
         scenario = Scenario.model_validate(src.data)
     except ValidationError as exc:
@@ -297,7 +307,6 @@ def load_scenario(source: str | Path | Mapping[str, Any],
     _audit(src, scenario, src.data, ())
     if scenario.compute.tables:  # paths relative to the scenario file, checked now
         from simtrain.workload.tables import resolve_tables
-        base = Path.cwd() if isinstance(source, Mapping) else Path(source).parent
         scenario.compute.tables = resolve_tables(scenario.compute.tables, base)
     _check(src, scenario, parallelism=not open_parallelism)
     scenario._source = src

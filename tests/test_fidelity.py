@@ -8,10 +8,13 @@ import pytest
 
 from simtrain import load_scenario, simulate
 from simtrain.hardware.topology import build_cluster
+from simtrain.jobs import is_jobs_file
 from simtrain.simulate import fidelity
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+# Scenarios with jobs run every job explicit (simtrain.jobs.run).
+SCENARIOS = sorted(p for p in (ROOT / "scenarios").glob("*.yaml")
+                   if not is_jobs_file(p))
 
 
 def _symmetric_candidates():

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from simtrain import simulate
+from simtrain.jobs import is_jobs_file
 
 ROOT = Path(__file__).resolve().parents[1] / "scenarios"
-SCENARIOS = sorted(ROOT.glob("*.yaml"))
+# Scenarios with jobs have their own summary (tests/jobs, tests/test_golden.py).
+SCENARIOS = sorted(p for p in ROOT.glob("*.yaml") if not is_jobs_file(p))
 
 
 @cache

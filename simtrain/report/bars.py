@@ -7,7 +7,7 @@ Kept apart from :mod:`simtrain.report.gantt`, which chooses rows and lays the fi
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,8 +128,9 @@ def group_fields(group: list[Span]) -> tuple[str, ...]:
 
 def idle_bars(columns: SpanColumns, rows: Sequence[tuple[int, str]],
                row_label: dict[tuple[int, str], str], level_of: dict[tuple[int, str], int],
-               step: float) -> dict[int, KindBars]:
-    """Gaps in [0, step] when a drawn rank runs nothing on any stream, on its compute row."""
+               step: float, ends: Mapping[int, float] | None = None) -> dict[int, KindBars]:
+    """Gaps in [0, step] when a drawn rank runs nothing on any stream, on its compute row;
+    ``ends`` (rank -> time) ends a rank's range earlier (a job that finished its step)."""
     compute_row: dict[int, tuple[int, str]] = {}
     for row in rows:
         if row[1].startswith("compute"):
@@ -139,7 +140,8 @@ def idle_bars(columns: SpanColumns, rows: Sequence[tuple[int, str]],
     for rank, row in compute_row.items():
         t = 0.0
         gaps = []
-        for start, end in merge_intervals(busy.get(rank, [])) + [(step, step)]:
+        last = step if ends is None else ends.get(rank, step)
+        for start, end in merge_intervals(busy.get(rank, [])) + [(last, last)]:
             if start - t >= step * IDLE_MIN_SHARE:
                 gaps.append((t, start))
             t = max(t, end)

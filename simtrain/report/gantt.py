@@ -10,7 +10,7 @@ under a second. Times are shown in milliseconds.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -121,6 +121,7 @@ def gantt_figure(
     highlight: Iterable[Span] = (),
     aggregate_above: int = AGGREGATE_ABOVE,
     x_range: tuple[float, float] | None = None,
+    group_of: Callable[[int], str] | None = None,
 ) -> go.Figure:
     """Gantt chart of ``timeline``: rows (rank, stream), bars coloured by span kind, x in ms.
 
@@ -134,6 +135,8 @@ def gantt_figure(
     outline (the critical path). Above ``aggregate_above`` drawn spans, runs of same-kind
     spans on a row shorter than 1/``AGGREGATE_BINS`` of the step merge into one bar, which
     keeps the browser responsive. ``x_range`` (ms) fixes the time axis (aligned charts).
+    ``group_of`` (e.g. the job of a rank on a shared cluster) groups the rows, groups in
+    order of first appearance, and prefixes each row label with its group.
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
@@ -147,6 +150,11 @@ def gantt_figure(
     every_rank = set(range(timeline.num_ranks)) | set(np.unique(cols.rank).tolist())
     labels = rank_labels(sorted(every_rank), server_of)
     row_label = {(r, st): f"{labels[r]} · {st}" for r, st in rows}
+    if group_of is not None:
+        groups = {r: group_of(r) for r, _ in rows}
+        first = {g: i for i, g in reversed(list(enumerate(groups[r] for r, _ in rows)))}
+        rows = sorted(rows, key=lambda row: first[groups[row[0]]])  # stable: order kept
+        row_label = {row: f"{groups[row[0]]} · {text}" for row, text in row_label.items()}
     shown_ranks = {r for r, _ in rows}
     reps = set(representatives or ()) & shown_ranks
     two_levels = bool(reps) and reps != shown_ranks
@@ -181,7 +189,14 @@ def gantt_figure(
     fig = go.Figure()
     visible_flags: list[bool] = []
     pipelined = cols.has_kind(SpanKind.PP_COMM)
-    for level, kb in sorted(idle_bars(cols, rows, row_label, level_of, step).items()):
+    ends = None
+    if group_of is not None:  # a group's rows are idle only until its own last span ends
+        group_end: dict[str, float] = {}
+        for r, e in zip(cols.rank.tolist(), cols.end.tolist(), strict=True):
+            g = group_of(r)
+            group_end[g] = max(group_end.get(g, 0.0), e)
+        ends = {r: group_end[group_of(r)] for r, _ in rows}
+    for level, kb in sorted(idle_bars(cols, rows, row_label, level_of, step, ends).items()):
         fig.add_trace(idle_trace(kb, BUBBLE_NAME if pipelined else IDLE_NAME,
                                   showlegend=level == 0, visible=level == 0))
         visible_flags.append(level == 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +297,8 @@ def render_report(
     hbm_bytes: float | None = None,
     subtitle: str = "",
     assets: str = "inline",
+    group_of: Callable[[int], str] | None = None,
+    intro: str = "",
 ) -> str:
     """One HTML document (plotly.js inline once, no network references; with
     ``assets="external"`` it loads ``plotly_asset_name()`` from its own folder instead).
@@ -309,12 +311,16 @@ def render_report(
     summary table); the topology figure when given; the scenario.
     ``graph`` lets the critical path follow task dependencies, not just stream order;
     ``subtitle`` (e.g. the scenario's description and plan) goes under the title.
+    ``group_of`` groups the Gantt rows (the jobs of a shared cluster); ``intro`` is HTML
+    placed before the Gantt chart (their table).
     """
     path = critical_path(timeline, graph)
     div = FigureDivs(assets)
     gantt = gantt_figure(timeline, server_of=server_of, max_rows=max_rows,
-                         representatives=gantt_ranks(timeline, path), highlight=path.spans)
-    parts = [f'<section id="gantt"><h2>Timeline</h2>\n{div(gantt, GANTT_DIV_ID)}\n</section>',
+                         representatives=gantt_ranks(timeline, path), highlight=path.spans,
+                         group_of=group_of)
+    parts = [*([intro] if intro else []),
+             f'<section id="gantt"><h2>Timeline</h2>\n{div(gantt, GANTT_DIV_ID)}\n</section>',
              '<section id="breakdown"><h2>Breakdown</h2>']
     breakdown = busy_time_figure(timeline, server_of=server_of, max_ranks=max_rows)
     parts.append(div(breakdown, BREAKDOWN_DIV_ID))

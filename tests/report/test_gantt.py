@@ -266,3 +266,21 @@ def test_menu_adds_ranks_even_when_roles_fill_max_rows() -> None:
     assert len(fig.layout.yaxis.categoryarray) == 16  # the 8 roles, 2 rows each
     more = fig.layout.updatemenus[0].buttons[1]
     assert len(more.args[1]["yaxis.categoryarray"]) == 32  # 8 more ranks behind the menu
+
+
+def test_group_of_groups_rows_prefixes_labels_and_ends_idle_at_the_groups_end() -> None:
+    # Ranks 0 and 2 are job "b", rank 1 job "a"; b ends at 3 ms, a at 10 ms.
+    tl = Timeline(num_ranks=3)
+    tl.add(Span(0, "compute", "forward", "f", 0.0, 0.001))
+    tl.add(Span(1, "compute", "forward", "f", 0.0, 0.002))
+    tl.add(Span(2, "compute", "forward", "f", 0.0, 0.003))
+    tl.add(Span(1, "compute", "backward", "b", 0.009, 0.010))
+    fig = gantt_figure(tl, group_of=lambda r: "a" if r == 1 else "b")
+    # groups in order of first appearance (rank 0's "b" first), ranks in order inside
+    assert list(fig.layout.yaxis.categoryarray) == [
+        "b · node0/gpu0 · compute", "b · node0/gpu2 · compute", "a · node0/gpu1 · compute"]
+    idle = next(tr for tr in fig.data if tr.name == IDLE_NAME)
+    gaps = sorted(zip(idle.y, idle.base, idle.x, strict=True))
+    # rank 0 idles 1..3 ms (its job's end, not the chart's 10 ms); rank 1 from 2 to 9 ms
+    assert [(y, round(b, 6), round(x, 6)) for y, b, x in gaps] == [
+        ("a · node0/gpu1 · compute", 2.0, 7.0), ("b · node0/gpu0 · compute", 1.0, 2.0)]
