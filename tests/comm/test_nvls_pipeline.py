@@ -64,3 +64,24 @@ def test_time_grows_with_size_and_efficiency_is_a_share(log2n, ranks, arch):
 
     n = float(1 << log2n)
     assert time(2 * n) > time(n)
+
+
+def test_8x_h100_sweep_from_2_mib_within_10_percent_of_voltage_park():
+    # The sweep the Hopper parameters were fitted on (tests/ingest/data, from
+    # ../shared/reference/nccl_modern.yaml): auto choice, 2 MiB to 8 GiB, busbw within 10%.
+    from pathlib import Path
+
+    from ruamel.yaml import YAML
+
+    from simtrain.comm.model import CommModel
+    from simtrain.comm.sweep import run_sweep
+    from simtrain.hardware.topology import ClusterConfig, build_cluster
+
+    data = Path(__file__).parents[1] / "ingest" / "data" / "voltagepark_h100_allreduce.yaml"
+    rows = YAML(typ="safe").load(data.read_text())["sweeps"]["single_node_8_gpus"]["rows"]
+    points = [(int(b), t) for b, t, _ in rows if b >= 2 << 20]
+    cluster = build_cluster(ClusterConfig(preset="dgx-h100"))
+    comm = CommModel(cluster, "nccl", arch="hopper")
+    swept = run_sweep(cluster, comm, "all_reduce", tuple(range(8)), [b for b, _ in points])
+    for (nbytes, time_us), row in zip(points, swept, strict=True):
+        assert row.time_s == pytest.approx(time_us * 1e-6, rel=0.10), nbytes
