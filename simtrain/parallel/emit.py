@@ -157,6 +157,6 @@ class Emitter:
             deps = sorted({t for r in grp for t in frontier.get(r, ())})
             tid = self.graph.collective(c.op, grp, c.nbytes, c.name, kind=c.kind,
                                         stream=c.group, deps=deps, meta=meta,
-                                        copies=self.images.copies(grp))
+                                        splits=c.splits, copies=self.images.copies(grp))
             for r in grp:
                 frontier[r] = [tid]

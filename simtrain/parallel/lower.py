@@ -40,6 +40,7 @@ from simtrain.parallel import data_parallel, program
 from simtrain.parallel.context import emit_ring
 from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, emit_param_gather
 from simtrain.parallel.emit import Emitter
+from simtrain.parallel.expert import with_route_splits
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
 from simtrain.parallel.pipeline import run_schedule
@@ -103,6 +104,8 @@ class Lowering:
             else:  # "W": the weight gradients deferred from B, then their reduce-scatter
                 body = program.backward(unit, o.recompute, cp, duration, "weight")
                 out += data_parallel.with_fsdp(unit, body, o, gather=False, scatter=True)
+        # EP all-to-alls carry each rank's routed bytes (all-to-all-v) under imbalance.
+        out = with_route_splits(out, self.dims.ep, o.imbalance, o.capacity_factor)
         if o.tp_overlap:  # 4. TP comm overlap
             out = overlap_tp(out)
         out = fuse(out, o.granularity, "forward" if phase == "F" else "backward")  # 5.

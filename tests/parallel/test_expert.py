@@ -1,0 +1,142 @@
+"""MoE routing: per-rank loads, the all-to-all-v they imply, and what the step pays for them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simtrain import load_scenario, simulate
+from simtrain.hardware.topology import build_cluster
+from simtrain.parallel.expert import (
+    received_bytes,
+    route_loads,
+    route_splits,
+    sent_bytes,
+)
+from simtrain.simulate import build_graph
+
+
+def test_thirty_percent_imbalance_gives_the_hot_rank_1_3x_the_mean_receive():
+    # ep = 4, layer 0: EP index 0 is hot with 1.3; the others share the rest:
+    # (4 - 1.3) / 3 = 0.9 each (mean 1). A balanced dispatch of n = 4000 bytes per rank
+    # sends n·load_j/4 to index j: every row is [1300, 900, 900, 900].
+    loads = route_loads(0, 4, 0.3, None)
+    assert loads == pytest.approx((1.3, 0.9, 0.9, 0.9))
+    splits = route_splits(4000.0, loads, "to_experts")
+    assert all(row == pytest.approx((1300, 900, 900, 900)) for row in splits)
+    # Received over the network (the diagonal stays local): hot 3·1300 = 3900, the others
+    # 3·900 = 2700; mean (3900 + 3·2700)/4 = 3000, so the hot rank receives 1.3x the mean.
+    # Each sends 4000 minus its own diagonal: hot 2700, the others 3100.
+    recv = received_bytes(splits)
+    assert recv == pytest.approx((3900, 2700, 2700, 2700))
+    assert recv[0] / (sum(recv) / 4) == pytest.approx(1.3)
+    assert sent_bytes(splits) == pytest.approx((2700, 3100, 3100, 3100))
+    # Including the local share, rank j takes in n·load_j: the hot rank 5200 = 1.3 x 4000.
+    total_in = [sum(splits[i][j] for i in range(4)) for j in range(4)]
+    assert total_in[0] / (sum(total_in) / 4) == pytest.approx(1.3)
+
+
+def test_combine_is_the_transpose_and_capacity_drops_before_dispatch():
+    loads = route_loads(1, 4, 0.3, 1.1)  # layer 1: index 1 hot, capped at 1.1
+    assert loads == pytest.approx((0.9, 1.1, 0.9, 0.9))
+    to = route_splits(4000.0, loads, "to_experts")
+    back = route_splits(4000.0, loads, "from_experts")
+    assert back == tuple(zip(*to, strict=True))
+    # Each rank keeps 1000·(0.9 + 1.1 + 0.9 + 0.9) = 3800 of its 4000 bytes: 200 dropped.
+    assert [sum(r) for r in to] == pytest.approx([3800] * 4)
+    assert sent_bytes(back)[1] == pytest.approx(3 * 1100)  # the hot rank sends back 3300
+
+
+@given(st.integers(2, 16), st.integers(0, 40), st.floats(0.0, 1.0),
+       st.one_of(st.none(), st.floats(1.0, 3.0)))
+def test_routing_moves_at_most_the_balanced_bytes(ep, layer, imbalance, cf):
+    loads = route_loads(layer, ep, imbalance, cf)
+    splits = route_splits(1.0, loads, "to_experts")
+    assert sum(map(sum, splits)) <= ep * (1.0 + 1e-9)  # dropping only removes bytes
+    if cf is None:
+        assert sum(loads) == pytest.approx(ep)
+    assert max(received_bytes(splits)) == pytest.approx(
+        received_bytes(splits)[layer % ep])  # the hot rank receives most
+
+
+def _moe(imbalance, hidden=1024, cf=None, granularity="layer"):
+    return load_scenario({
+        "compute": {"host_kernel_issue": 0, "host_microbatch": 0},
+        "cluster": {"preset": "dgx-a100", "nodes": 1},
+        "model": {"preset": "tiny-moe", "num_layers": 2, "hidden_size": hidden,
+                  "num_heads": 16, "num_kv_heads": 4, "routing_imbalance": imbalance,
+                  "capacity_factor": cf},
+        "training": {"global_batch_size": 8, "micro_batch_size": 1, "seq_len": 512},
+        "parallelism": {"ep": 4, "dp": 8},
+        "sim": {"fidelity": "explicit", "granularity": granularity}})
+
+
+def test_lowered_all_to_alls_carry_each_rank_s_bytes():
+    s = _moe(0.3)
+    graph = build_graph(s, build_cluster(s.cluster))
+    by_name = {t.name: t for t in graph.tasks if t.kind == "ep_comm" and 0 in t.ranks
+               and t.meta.get("microbatch") == 0}
+    # k·m·h·dt = 2·512·1024·2 = 2 MiB per rank; layer 1's hot EP index is 1.
+    n = 2 * 512 * 1024 * 2
+    dispatch = by_name["layers.1.mlp.dispatch"]
+    assert dispatch.comm.op == "all_to_all_v" and dispatch.ranks == (0, 1, 2, 3)
+    recv = received_bytes(dispatch.comm.splits)
+    assert recv[1] == pytest.approx(3 * 1.3 * n / 4)
+    assert recv[1] / (sum(recv) / 4) == pytest.approx(1.3)  # 3.9 / ((3.9 + 3·2.7)/4)
+    # Backward runs the other way: the dispatch's gradient leaves the hot rank.
+    bwd = by_name["layers.1.mlp.dispatch.bwd"].comm.splits
+    assert sent_bytes(bwd)[1] == pytest.approx(3 * 1.3 * n / 4)
+    assert by_name["layers.1.mlp.combine"].comm.splits == bwd
+
+
+def test_balanced_routing_keeps_the_plain_all_to_all():
+    s = _moe(0.0)
+    graph = build_graph(s, build_cluster(s.cluster))
+    ops = {t.comm.op for t in graph.tasks if t.kind == "ep_comm"}
+    assert ops == {"all_to_all"}
+
+
+def _dispatch_s(result):
+    return next(sp.end - sp.start for sp in result.timeline.spans
+                if sp.name == "layers.0.mlp.dispatch" and sp.rank == 0)
+
+
+def test_the_hot_rank_s_receive_sets_the_all_to_all_time():
+    # On one DGX A100 every flow crosses the sender's and the receiver's NVLink port; the
+    # hot rank's ingress carries 3 x 1.3·n/4 against 3 x n/4 balanced, so the bandwidth
+    # part of the dispatch is 1.3x. The alpha part does not depend on n: doubling n
+    # (hidden 1024 -> 2048) isolates the bandwidth part, whose growth is 1.3x balanced.
+    bal = [_dispatch_s(simulate(_moe(0.0, h))) for h in (1024, 2048)]
+    hot = [_dispatch_s(simulate(_moe(0.3, h))) for h in (1024, 2048)]
+    assert (hot[1] - hot[0]) / (bal[1] - bal[0]) == pytest.approx(1.3, rel=1e-6)
+
+
+def test_imbalance_slows_the_step_and_capacity_claws_it_back():
+    even, skew, capped = (simulate(_moe(i, cf=cf)).summary["step_time_s"]
+                          for i, cf in ((0.0, None), (0.3, None), (0.3, 1.0)))
+    assert even < skew
+    # cf 1.0 drops every token over the mean: the hot rank computes the mean load and its
+    # ingress is back to 3·n/4, so the step and the all-to-alls cost what balanced ones do
+    # (the other ranks compute and send less, but the step waits for the busiest).
+    assert capped == pytest.approx(even, rel=1e-9)
+    assert _dispatch_s(simulate(_moe(0.3, cf=1.0))) == pytest.approx(
+        _dispatch_s(simulate(_moe(0.0))), rel=1e-9)
+
+
+def test_stage_granularity_adds_the_layers_splits():
+    s = _moe(0.3, granularity="stage")
+    graph = build_graph(s, build_cluster(s.cluster))
+    agg = [t for t in graph.tasks if t.kind == "ep_comm" and 0 in t.ranks
+           and t.meta.get("microbatch") == 0 and t.meta.get("stage") == 0]
+    fwd = agg[0].comm
+    assert fwd.op == "all_to_all_v"
+    # Forward: dispatch (to) and combine (from) of layers 0 and 1 (hot 0 and 1), summed
+    # pair by pair into one all-to-all-v; index 0 receives what it receives in each.
+    n = 2 * 512 * 1024 * 2
+    expected = 0.0
+    for layer in (0, 1):
+        loads = route_loads(layer, 4, 0.3, None)
+        for route in ("to_experts", "from_experts"):
+            expected += received_bytes(route_splits(n, loads, route))[0]
+    assert received_bytes(fwd.splits)[0] == pytest.approx(expected)
