@@ -287,9 +287,11 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
         problems.append(("parallelism.tp", f"num_kv_heads={kv} and tp={t}: each TP rank "
                          f"needs whole KV heads (kv_heads % tp == 0, or tp % kv_heads == 0 "
                          f"to replicate them); use a tp dividing {kv} or a multiple of it"))
-    if model.ffn_size % t or (model.is_moe and model.expert_ffn_size % t):
+    if model.ffn_size % t or (model.is_moe and model.expert_ffn_size % t) or (
+            model.shared_expert_ffn_size and model.shared_expert_ffn_size % t):
         problems.append(("parallelism.tp", f"the MLP width {model.ffn_size} (experts "
-                         f"{model.expert_ffn_size}) is not divisible by tp={t}"))
+                         f"{model.expert_ffn_size}, shared experts "
+                         f"{model.shared_expert_ffn_size or 0}) is not divisible by tp={t}"))
     if t > 1 and gpus_per_node % t and par.order.startswith("tp"):
         problems.append(("parallelism.tp", f"tp={t} does not divide the {gpus_per_node} GPUs "
                          f"per node, so TP groups would straddle servers; use a tp dividing "
