@@ -68,7 +68,7 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
     dims = par.dims(cluster.num_gpus)
     m = micro_batches(scenario, cluster)
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
-                     cp_algorithm=par.cp_algorithm, pp=dims.pp)
+                     cp_algorithm=par.cp_algorithm, pp=dims.pp, etp=dims.etp)
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     ranges = stage_layers(cfg.num_layers, dims.pp, dims.vpp, par.pp_layers)
     units = [[chunk_units(cfg, layers, first=(st, c) == (0, 0),
@@ -176,7 +176,8 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
         dense = sum(p.numel for p in params) - expert
         states = model_state_bytes(dense, zero=dims.zero, dp=dims.dp * dims.cp,
                                    weight_bytes=dt, grad_bytes=grad_bytes)
-        for k, v in model_state_bytes(expert, zero=dims.zero, dp=dims.dp // dims.ep * dims.cp,
+        edp = dims.tp * dims.cp * dims.dp // (dims.etp * dims.ep)  # expert data parallel
+        for k, v in model_state_bytes(expert, zero=dims.zero, dp=edp,
                                       weight_bytes=dt, grad_bytes=grad_bytes).items():
             states[k] += v
         if train.fp8_recipe is not None:  # FP8 copies of the GEMM weights (workload.fp8)

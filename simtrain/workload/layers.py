@@ -57,6 +57,11 @@ class Shard:
     ep: int = 1
     sp: bool = False
     pp: int = 1
+    etp: int = 0  # expert tensor parallelism; 0: tp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +154,10 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
 
     Each of m tokens goes to k experts, so the local experts see k·m tokens on average
     when they are spread over E/local_experts ranks (or all E live here): the grouped GEMMs
-    have m' = k·m rows, expert width f_e/tp, and own the weights of every local expert
-    (expert parameters); the three kernels have the "expert" role.
+    have m' = k·m rows in all, expert width f_e/tp, and own the weights of every local
+    expert (expert parameters); the three kernels have the "expert" role. Each grouped GEMM
+    is ``local_experts`` problems of ⌈k·m / local_experts⌉ tokens (``Op.groups``: the
+    per-expert token count sets its efficiency, ``compute.gemm_efficiency``).
     """
     h, k = cfg.hidden_size, cfg.experts_per_token
     fe = cfg.expert_ffn_size // tp
@@ -161,8 +168,11 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
         params = tuple(Param(q.name.replace(".mlp.", ".mlp.experts."), q.numel * local_experts,
                              expert=True) for q in op.params)
         extra = dt * (local_experts - 1) * sum(q.numel for q in op.params)
-        return Op(op.name, op.kind, op.flops, op.bytes + extra, op.gemm_shape, params,
-                  op.activation_bytes, role="expert")
+        assert op.gemm_shape is not None, "gemm() gives every GEMM its shape"
+        _, n, kdim = op.gemm_shape
+        shape = (-(-tokens // local_experts), n, kdim)
+        return Op(op.name, op.kind, op.flops, op.bytes + extra, shape, params,
+                  op.activation_bytes, role="expert", groups=local_experts)
 
     act = replace(elementwise(f"{p}.mlp.act", tokens * fc1_out, tokens * fe, ACT_FLOPS, dt,
                               dt * tokens * fc1_out), role="expert")
@@ -235,9 +245,13 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
               elementwise(f"{p}.attn.residual", 2 * mn * h, mn * h, ADD_FLOPS, dt),
               _norm(f"{p}.post_attn_norm", cfg, mn, dt), Site(f"{p}.mlp.f", "f", act)]
     if cfg.is_moe_layer(i):
-        router, experts = moe_ops(cfg, p, m, dt, cfg.num_experts // shard.ep, t)
-        # Each rank sends its m tokens' k copies: k·m·h elements (nccl-tests size).
-        moved = float(dt * cfg.experts_per_token * m * h)
+        # An expert-TP group routes the tokens of its etp TP peers: m·etp/t per rank (all
+        # m with etp = t; with etp < t and SP each rank its own sequence shard).
+        et = shard.expert_tp
+        mr = m * et // t
+        router, experts = moe_ops(cfg, p, mr, dt, cfg.num_experts // shard.ep, et)
+        # Each rank sends its tokens' k copies: k·mr·h elements (nccl-tests size).
+        moved = float(dt * cfg.experts_per_token * mr * h)
         items += [router, Site(f"{p}.mlp.dispatch", "dispatch", moved), *experts,
                   Site(f"{p}.mlp.combine", "combine", moved)]
         if cfg.shared_expert_ffn_size:

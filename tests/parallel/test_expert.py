@@ -140,3 +140,59 @@ def test_stage_granularity_adds_the_layers_splits():
         for route in ("to_experts", "from_experts"):
             expected += received_bytes(route_splits(n, loads, route))[0]
     assert received_bytes(fwd.splits)[0] == pytest.approx(expected)
+
+
+# ---- expert tensor parallelism and MoE parallel folding ---------------------------------
+
+def test_default_expert_layout_is_ep_over_data_parallel_replicas():
+    from simtrain.parallel.plan import ParallelDims
+    d = ParallelDims(tp=2, dp=4, ep=2)  # etp = tp: rank = tp + 2·dp
+    assert d.etp == 2
+    assert d.ep_group(0) == (0, 2) and d.ep_group(5) == (5, 7)  # dp 0,1 / dp 2,3, same tp
+    assert [d.ep_index(r) for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert d.expert_dp_group(0) == (0, 4)  # same tp, same EP index, dp 0 and 2
+
+
+def test_etp_one_folds_the_tp_ranks_into_expert_parallelism():
+    from simtrain.parallel.plan import ParallelDims
+    # tp 2 x dp 4 = 8 ranks of one stage; etp 1, ep 8: every rank holds 1/8 of the experts
+    # at full width, and the EP group is the whole stage in slot order tp + 2·dp.
+    d = ParallelDims(tp=2, dp=4, ep=8, etp=1, sp=True)
+    assert d.ep_group(3) == tuple(range(8)) and d.ep_index(5) == 5
+    assert d.expert_dp_group(5) == (5,)
+    # EP spanning CP: tp 2, cp 2, dp 2 (rank = tp + 2·(cp + 2·dp)), etp 2, ep 4: slots
+    # tp + 2·(dp + 2·cp) -> rank 0's group is dp 0/1 x cp 0/1 in slot order: 0, 4, 2, 6.
+    e = ParallelDims(tp=2, cp=2, dp=2, ep=4)
+    assert e.ep_group(0) == (0, 4, 2, 6) and e.ep_index(2) == 2
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    (dict(tp=2, dp=4, ep=8, etp=2, sp=True), "etp x ep = 2 x 8 = 16 does not divide the 8"),
+    (dict(tp=4, dp=3, ep=1, etp=3, sp=True), "etp=3 must divide tp=4"),
+    (dict(tp=2, dp=4, ep=8, etp=1), "needs sequence parallelism"),
+])
+def test_expert_layouts_that_do_not_fit_are_rejected(kwargs, says):
+    from simtrain.parallel.plan import ParallelDims
+    with pytest.raises(ValueError, match=says):
+        ParallelDims(**kwargs)
+
+
+def test_etp_one_routes_each_tp_rank_s_own_tokens_at_full_expert_width():
+    s = load_scenario({
+        "compute": {"host_kernel_issue": 0, "host_microbatch": 0},
+        "cluster": {"preset": "dgx-a100", "nodes": 1, "gpus_per_node": 4},
+        "model": {"preset": "tiny-moe", "num_layers": 1},
+        "training": {"global_batch_size": 4, "micro_batch_size": 2, "seq_len": 256},
+        "parallelism": {"tp": 2, "sp": True, "ep": 4, "etp": 1}})
+    graph = build_graph(s, build_cluster(s.cluster))
+    disp = next(t for t in graph.tasks if t.name == "layers.0.mlp.dispatch")
+    # m = 2·256 = 512 tokens per TP group; each TP rank routes its 256: k·256·h·2 bytes
+    # = 2·256·256·2 = 262,144 over the 4-rank EP group (tp and dp folded).
+    assert disp.ranks == (0, 1, 2, 3) and disp.bytes == 2 * 256 * 256 * 2
+    from simtrain.simulate import build_plan
+    plan = build_plan(s, build_cluster(s.cluster))
+    fc1 = next(st.op for u in plan.units[0][0] for st in u.steps
+               if getattr(st, "op", None) is not None and st.op.name == "layers.0.mlp.fc1")
+    # One local expert (4 / ep 4) at full width 2·512 on the 2·256 routed copies.
+    assert fc1.gemm_shape == (512, 1024, 256) and fc1.params[0].numel == 1024 * 256
+    assert simulate(s).summary["step_time_s"] > 0

@@ -60,8 +60,11 @@ def test_dense_first_layers_and_shared_experts_are_lowered():
     # Layers 0-2 dense: fc1 fuses gate and up, 2·18432 wide; layer 3 routes.
     assert ops["layers.2.mlp.fc1"].gemm_shape == (m, 2 * 18432, 7168)
     assert "layers.2.mlp.router" not in ops and "layers.3.mlp.router" in ops
-    # Layer 3: grouped experts over k·m = 8·64 token copies, and the shared expert on m.
-    assert ops["layers.3.mlp.fc1"].gemm_shape == (8 * m, 2 * 2048, 7168)
+    # Layer 3: one grouped GEMM over the 256 local experts, k·m = 8·64 = 512 token copies
+    # in all, 2 per expert; the shared expert runs on the m tokens.
+    fc1 = ops["layers.3.mlp.fc1"]
+    assert fc1.gemm_shape == (2, 2 * 2048, 7168) and fc1.groups == 256
+    assert fc1.flops == 2 * 512 * 2 * 2048 * 7168
     assert ops["layers.3.mlp.shared.fc1"].gemm_shape == (m, 2 * 2048, 7168)
     assert not any(p.expert for p in ops["layers.3.mlp.shared.fc2"].params)
     owned = sum(p.numel for op in ops.values() for p in op.params)
@@ -126,8 +129,11 @@ def test_head_dim_other_than_hidden_over_heads():
     # 32 query heads and 4 KV heads of 128: QKV (32, (32 + 8)·128, 2048); proj reads 4096.
     assert ops["layers.0.attn.qkv"].gemm_shape == (32, 40 * 128, 2048)
     assert ops["layers.0.attn.proj"].gemm_shape == (32, 2048, 32 * 128)
-    # Fine-grained experts: top-8 of 128 experts of 768 -> k·m = 256 routed copies.
-    assert ops["layers.0.mlp.fc1"].gemm_shape == (8 * 32, 2 * 768, 2048)
+    # Fine-grained experts: top-8 of 128 experts of 768 -> k·m = 256 routed copies, 2 per
+    # expert when all 128 live on one GPU.
+    fc1 = ops["layers.0.mlp.fc1"]
+    assert fc1.gemm_shape == (2, 2 * 768, 2048) and fc1.groups == 128
+    assert fc1.flops == 2 * 256 * 2 * 768 * 2048
 
 
 def _bad(**model):
