@@ -251,9 +251,15 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
         mr = m * et // t
         router, experts = moe_ops(cfg, p, mr, dt, cfg.num_experts // shard.ep, et)
         # Each rank sends its tokens' k copies: k·mr·h elements (nccl-tests size).
-        moved = float(dt * cfg.experts_per_token * mr * h)
-        items += [router, Site(f"{p}.mlp.dispatch", "dispatch", moved), *experts,
-                  Site(f"{p}.mlp.combine", "combine", moved)]
+        k = cfg.experts_per_token
+        moved = float(dt * k * mr * h)
+        # The token dispatcher's permutation (Megatron-Core moe_utils.permute/unpermute):
+        # a gather of the mr tokens into k·mr expert-ordered copies before the dispatch,
+        # and after the combine their probability-weighted sum back into token order.
+        permute = elementwise(f"{p}.mlp.permute", mr * h, k * mr * h, 0.0, dt)
+        unpermute = elementwise(f"{p}.mlp.unpermute", k * mr * h, mr * h, 2.0 * k, dt)
+        items += [router, permute, Site(f"{p}.mlp.dispatch", "dispatch", moved), *experts,
+                  Site(f"{p}.mlp.combine", "combine", moved), unpermute]
         if cfg.shared_expert_ffn_size:
             items += _mlp(cfg, f"{p}.mlp.shared", m, cfg.shared_expert_ffn_size // t, dt)
     else:

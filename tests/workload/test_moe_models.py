@@ -161,3 +161,13 @@ def test_ep_not_dividing_experts_is_rejected():
                        "training": {"global_batch_size": 8, "micro_batch_size": 1,
                                     "seq_len": 128},
                        "parallelism": {"ep": 8}})
+
+
+def test_token_permutation_kernels_move_the_routed_copies():
+    cfg = ModelConfig.from_preset("tiny-moe", num_layers=1)
+    ops = _ops(cfg, b=1, s=64)
+    # m = 64 tokens of h = 256, top-2: permute reads 64·256 and writes 2·64·256 bf16
+    # elements (98,304 bytes); unpermute reads the 2 copies and writes one.
+    assert ops["layers.0.mlp.permute"].bytes == 2 * (64 * 256 + 2 * 64 * 256) == 98_304
+    assert ops["layers.0.mlp.unpermute"].bytes == 98_304
+    assert ops["layers.0.mlp.permute"].role is None  # on the source tokens, not the load
