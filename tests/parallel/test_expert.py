@@ -196,3 +196,19 @@ def test_etp_one_routes_each_tp_rank_s_own_tokens_at_full_expert_width():
     # One local expert (4 / ep 4) at full width 2·512 on the 2·256 routed copies.
     assert fc1.gemm_shape == (512, 1024, 256) and fc1.params[0].numel == 1024 * 256
     assert simulate(s).summary["step_time_s"] > 0
+
+
+@pytest.mark.parametrize("par", [{"tp": 2, "sp": True, "ep": 8, "etp": 1},
+                                 {"tp": 2, "sp": True, "ep": 4, "etp": 1},
+                                 {"tp": 1, "cp": 2, "ep": 4}])
+def test_folded_expert_layouts_agree_in_both_fidelities(par):
+    # EP groups that span TP (etp 1) or CP ranks: the symmetric images of the
+    # all-to-alls load the network exactly as the explicit ranks do.
+    def step(fidelity):
+        return simulate(load_scenario({
+            "compute": {"host_kernel_issue": 0, "host_microbatch": 0},
+            "cluster": {"preset": "dgx-a100", "nodes": 2},
+            "model": {"preset": "tiny-moe", "num_experts": 8, "num_layers": 2},
+            "training": {"global_batch_size": 16, "micro_batch_size": 1, "seq_len": 256},
+            "parallelism": par, "sim": {"fidelity": fidelity}})).summary["step_time_s"]
+    assert step("symmetric") == pytest.approx(step("explicit"), rel=1e-9)
