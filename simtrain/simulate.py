@@ -17,6 +17,7 @@ from simtrain.engine.timeline import (
     overlap_length,
 )
 from simtrain.hardware.topology import Cluster, build_cluster
+from simtrain.parallel.expert import deepep_problem
 from simtrain.parallel.lower import Lowering, LowerOptions
 from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.schedule import Step, build_schedule, peak_in_flight
@@ -95,6 +96,9 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         recompute=par.recompute, granularity=scenario.sim.granularity,
         p2p_bytes=plan.p2p_bytes, imbalance=scenario.model.routing_imbalance,
         capacity_factor=scenario.model.capacity_factor,
+        moe_dispatcher=par.moe_dispatcher,
+        experts_per_token=scenario.model.experts_per_token,
+        routing_node_limit=scenario.model.routing_node_limit, server_of=cluster.server_of,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
     )
     gpu, compute = cluster.gpu_spec, scenario.compute
@@ -110,6 +114,12 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
                               kernel_issue_s=compute.host_kernel_issue)
 
     options = replace(options, optimizer_step=step)
+    if par.moe_dispatcher == "deepep" and plan.dims.ep > 1:
+        dims = plan.dims
+        problem = deepep_problem({dims.ep_group(r) for r in range(dims.world_size)},
+                                 cluster.server_of)
+        if problem:
+            raise scenario_error(scenario, "parallelism.moe_dispatcher", problem)
     if fidelity(scenario, cluster) == "symmetric":
         options = replace(options, symmetric=True)
     graph = TaskGraph(num_ranks=cluster.num_gpus)

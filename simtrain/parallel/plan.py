@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from simtrain.parallel.expert import expert_layout_problem
 from simtrain.parallel.schedule import SCHEDULES, schedule_problems
 from simtrain.units import MiBCount
 from simtrain.workload.model import ModelConfig
@@ -95,6 +96,9 @@ class ParallelismConfig(BaseModel):
     pp: int = Field(1, gt=0)
     ep: int = Field(1, gt=0)
     etp: int | None = Field(None, gt=0, description="expert tensor parallelism (None: tp)")
+    # MoE token dispatch: NCCL all-to-all, or DeepEP's node-deduplicated dispatch
+    # (one network copy per destination node, forwarded over NVLink; docs/moe.md).
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     vpp: int = Field(1, gt=0, description="virtual pipeline stages (model chunks) per rank")
     sp: bool = False
     zero: Literal[0, 1, 2, 3] = 0
@@ -277,27 +281,6 @@ class ParallelDims:
         """Dimensions over which gradients are reduced: DP and CP (CP ranks hold the same
         weights and see different tokens, as in Megatron-Core)."""
         return ("dp", "cp")
-
-
-def expert_layout_problem(tp: int, cp: int, dp: int, ep: int, etp: int, sp: bool) -> str:
-    """Why etp x ep cannot be cut from a stage's tp·cp·dp ranks ("" when it can).
-
-    An expert-TP group of etp ranks runs its experts on the tokens of its etp TP peers, so
-    etp divides tp; etp < tp needs sequence parallelism (each TP rank then routes only its
-    own s/tp tokens, as Megatron-Core requires for MoE with TP)."""
-    stage = tp * cp * dp
-    if stage % (etp * ep):
-        return (f"parallelism.etp x ep = {etp} x {ep} = {etp * ep} does not divide the "
-                f"{stage} ranks of a pipeline stage (tp x cp x dp = {tp} x {cp} x {dp}); "
-                f"experts are cut from those ranks: pick etp and ep whose product divides "
-                f"{stage}")
-    if tp % etp:
-        return (f"parallelism.etp={etp} must divide tp={tp} (an expert-TP group gathers "
-                f"the tokens of its TP peers); use etp 1 or a divisor of {tp}")
-    if etp < tp and not sp:
-        return (f"parallelism.etp={etp} < tp={tp} needs sequence parallelism (each TP rank "
-                f"routes its own tokens); set parallelism.sp: true or etp: {tp}")
-    return ""
 
 
 def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: int,

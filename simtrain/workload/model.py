@@ -143,6 +143,9 @@ class ModelConfig(BaseModel):
     moe_ffn_hidden_size: int | None = None
     capacity_factor: float | None = None
     routing_imbalance: float = 0.0
+    # Node-limited routing: each token's experts lie on at most this many nodes (DeepSeek-V3:
+    # 4); it lowers the network bytes of a DeepEP dispatch (parallelism.moe_dispatcher).
+    routing_node_limit: int | None = None
     # Shared experts (DeepSeekMoE, Dai et al. 2024; DeepSeek-V2/V3, Llama 4): a dense MLP of
     # this total width that every token passes beside its routed experts (None: none).
     shared_expert_ffn_size: int | None = None
@@ -182,7 +185,7 @@ class ModelConfig(BaseModel):
     @field_validator("num_layers", "hidden_size", "num_heads", "num_kv_heads",
                      "ffn_hidden_size", "vocab_size", "max_seq_len", "shared_expert_ffn_size",
                      "head_dim", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_dim",
-                     "v_head_dim", "moe_ffn_hidden_size")
+                     "v_head_dim", "moe_ffn_hidden_size", "routing_node_limit")
     @classmethod
     def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None and value <= 0:

@@ -57,7 +57,8 @@ MOE_PRESETS: dict[str, dict[str, Any]] = {
 def check_moe_layout(cfg: ModelConfig) -> None:
     """ValueError for MoE-only fields on a dense model or dense layers beyond the model."""
     if not cfg.is_moe:
-        given = [f for f in ("shared_expert_ffn_size",) if getattr(cfg, f) is not None]
+        given = [f for f in ("shared_expert_ffn_size", "routing_node_limit")
+                 if getattr(cfg, f) is not None]
         if cfg.dense_layers:
             given.append("dense_layers")
         if given:

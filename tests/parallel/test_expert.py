@@ -212,3 +212,65 @@ def test_folded_expert_layouts_agree_in_both_fidelities(par):
             "training": {"global_batch_size": 16, "micro_batch_size": 1, "seq_len": 256},
             "parallelism": par, "sim": {"fidelity": fidelity}})).summary["step_time_s"]
     assert step("symmetric") == pytest.approx(step("explicit"), rel=1e-9)
+
+
+# ---- node-limited routing and a DeepEP-style dispatch -----------------------------------
+
+def test_distinct_nodes_per_token():
+    from simtrain.parallel.expert import distinct_nodes
+    # k = 8 uniform choices among 8 nodes: 8·(1 - (7/8)^8) = 8·(1 - 0.343609) = 5.25113;
+    # DeepSeek-V3's limit of 4 nodes caps it.
+    assert distinct_nodes(8, 8, None) == pytest.approx(5.251129, rel=1e-6)
+    assert distinct_nodes(8, 8, 4) == 4.0
+    assert distinct_nodes(2, 1, None) == 1.0
+
+
+def test_deepep_splits_by_hand():
+    from simtrain.parallel.expert import deepep_splits
+    # 4 EP ranks on 2 nodes (g = 2), k = 2, n = 4000 bytes per rank (m·h·dt = 2000).
+    # u = 2·(1 - 1/4) = 1.5 nodes per token. Same node: n·load_j/g = 2000; across nodes only
+    # rail peers (same local index): m·h·dt·u/2 = 1500; the other pairs 0.
+    s = deepep_splits(4000.0, 2, (0, 0, 1, 1), (1.0,) * 4, None, "to_experts")
+    assert s[0] == pytest.approx((2000, 2000, 1500, 0)) and s[1][3] == pytest.approx(1500)
+    # The network carries 1500 per rank against 2·1000 for a plain all-to-all: u/k = 0.75.
+    plain = route_splits(4000.0, (1.0,) * 4, "to_experts")
+    assert s[0][2] + s[0][3] == pytest.approx(0.75 * (plain[0][2] + plain[0][3]))
+    # Node limit 1: one network copy per token to its single node, m·h·dt/2 = 1000.
+    one = deepep_splits(4000.0, 2, (0, 0, 1, 1), (1.0,) * 4, 1, "to_experts")
+    assert one[0][2] == pytest.approx(1000)
+    # On one node it is the plain all-to-all-v, imbalance included.
+    loads = route_loads(0, 4, 0.3, None)
+    one_node = deepep_splits(4000.0, 2, (0,) * 4, loads, None, "from_experts")
+    for got, want in zip(one_node, route_splits(4000.0, loads, "from_experts"), strict=True):
+        assert got == pytest.approx(want)
+    with pytest.raises(ValueError, match="same number of EP ranks on every node"):
+        deepep_splits(4000.0, 2, (0, 0, 0, 1), (1.0,) * 4, None, "to_experts")
+
+
+def _two_nodes(dispatcher, limit=None, fidelity="auto"):
+    return load_scenario({
+        "compute": {"host_kernel_issue": 0, "host_microbatch": 0},
+        "cluster": {"preset": "dgx-h100", "nodes": 2},
+        "model": {"preset": "tiny-moe", "num_experts": 16, "experts_per_token": 8,
+                  "num_layers": 2, "hidden_size": 1024, "num_heads": 8,
+                  "routing_node_limit": limit},
+        "training": {"global_batch_size": 16, "micro_batch_size": 1, "seq_len": 512},
+        "parallelism": {"ep": 16, "moe_dispatcher": dispatcher},
+        "sim": {"granularity": "layer", "fidelity": fidelity}})
+
+
+def test_deepep_dispatch_crosses_the_network_once_per_node():
+    plain, deep, limited = (_dispatch_s(simulate(_two_nodes(d, lim)))
+                            for d, lim in (("alltoall", None), ("deepep", None),
+                                           ("deepep", 1)))
+    # EP 16 over 2 nodes, k = 8: a plain all-to-all sends 8·(8/16) copies of each token
+    # over IB, DeepEP u = 2·(1 - 2^-8) = 1.99 of which one stays home: ~4x fewer IB bytes;
+    # the node limit (1) halves them again, the NVLink forward is unchanged.
+    assert deep < 0.5 * plain
+    assert limited < deep
+    # The node limit alone does not change a plain all-to-all (every pair still averages
+    # the same bytes).
+    assert _dispatch_s(simulate(_two_nodes("alltoall", 1))) == pytest.approx(plain)
+    assert simulate(_two_nodes("deepep", fidelity="explicit")).summary["step_time_s"] == \
+        pytest.approx(simulate(_two_nodes("deepep", fidelity="symmetric")).summary[
+            "step_time_s"], rel=1e-9)
