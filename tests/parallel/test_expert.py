@@ -274,3 +274,18 @@ def test_deepep_dispatch_crosses_the_network_once_per_node():
     assert simulate(_two_nodes("deepep", fidelity="explicit")).summary["step_time_s"] == \
         pytest.approx(simulate(_two_nodes("deepep", fidelity="symmetric")).summary[
             "step_time_s"], rel=1e-9)
+
+
+@given(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8),
+       st.one_of(st.none(), st.integers(1, 8)))
+def test_deepep_never_sends_more_over_the_network_than_all_to_all(nodes, g, k, limit):
+    from simtrain.parallel.expert import deepep_splits
+    nodes_of = tuple(i // g for i in range(nodes * g))
+    ones = (1.0,) * len(nodes_of)
+    deep = deepep_splits(1.0, k, nodes_of, ones, limit, "to_experts")
+    plain = route_splits(1.0, ones, "to_experts")
+
+    def network(s):
+        return sum(s[i][j] for i in range(len(s)) for j in range(len(s))
+                   if nodes_of[i] != nodes_of[j])
+    assert network(deep) <= network(plain) * (1 + 1e-9)
