@@ -8,8 +8,11 @@ What is particular to EP is here: an expert kernel's time scales with the tokens
 its rank (``expert_load``); with routing imbalance every rank's dispatch and combine move
 different bytes (``route_splits``: the hot rank receives (1 + imbalance)x the mean in
 dispatch and sends as much back in combine), so the all-to-alls become all-to-all-v with a
-per-pair splits matrix; expert parameters are reduced over the expert-data-parallel group
-(ranks holding the same experts), not over the whole data-parallel group.
+per-pair splits matrix; a DeepEP-style dispatch sends one network copy per destination
+node and forwards it over NVLink (``deepep_splits``, with node-limited routing); which
+expert layouts fit a stage (``expert_layout_problem``: etp x ep folded into tp·cp·dp);
+expert parameters are reduced over the expert-data-parallel group (ranks holding the same
+experts), not over the whole data-parallel group.
 """
 
 from __future__ import annotations
