@@ -55,6 +55,13 @@ VOCAB = {"GPT3": 50257, "LLAMA2": 32000, "LLAMA3": 128256, "Nemotron": 256000,
          "Mixtral-8x7B": 32000, "Mixtral-8x22B": 32768, "DeepSeek": 129280}
 
 
+# MLA head widths model_shapes does not list. DeepSeek-V2 (arXiv:2405.04434, Sec. 3.1.1):
+# "the per-head dimension d_h to 128 ... the per-head dimension d_h^R to 64"; values are
+# d_h wide (v_head_dim 128), as in its config.json.
+MLA_HEAD_DIMS: dict[str, dict[str, int]] = {
+    "DeepSeek-V2": {"qk_head_dim": 128, "qk_rope_dim": 64, "v_head_dim": 128}}
+
+
 def shape_key(name: str) -> str | None:
     """The model_shapes key of a row's model name (variants like '(tokendrop)' stripped)."""
     base = re.sub(r"\s*\((tokendrop|dropless|w/o MTP|w/ MTP)\)\s*$", "", name.strip())
@@ -98,19 +105,16 @@ def model_body(key: str, shape: dict[str, Any], seq: int, *, layers: int | None 
             body["capacity_factor"] = 1.0
     if "head_dim" in shape and shape["head_dim"] * shape["heads"] != shape["hidden"]:
         body["head_dim"] = shape["head_dim"]
-        needs.append("head_dim != hidden/heads")
     if "kv_lora_rank" in shape:
         body["attention"] = "mla"
-        body.update({k: shape[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
-                                           "qk_rope_dim", "v_head_dim") if k in shape})
-        needs.append("MLA attention")
+        dims = {**MLA_HEAD_DIMS.get(key, {}), **shape}
+        body.update({k: dims[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                                          "qk_rope_dim", "v_head_dim") if k in dims})
     if shape.get("dense_layers"):
         body["dense_layers"] = shape["dense_layers"]
         body["ffn_hidden_size"] = shape["dense_ffn"]
-        needs.append("dense first layers in an MoE model")
     if shape.get("shared_expert_ffn"):
         body["shared_expert_ffn_size"] = shape["shared_expert_ffn"]
-        needs.append("shared experts")
     if "attention" in shape and "sliding" in str(shape["attention"]):
         body["sliding_window"] = 128
         needs.append("sliding-window attention")
@@ -180,11 +184,17 @@ def parallelism(tp: int, pp: int, cp: int, dp: int, *, vp: int | None = None, ep
                 fsdp: bool = False, sp: bool | None = None, num_layers: int | None = None
                 ) -> dict[str, Any]:
     """The parallelism section: vp > 1 is the interleaved schedule; FSDP is zero 3 over dp;
-    sequence parallelism with every tp > 1 (NeMo/Megatron/torchtitan default)."""
+    sequence parallelism with every tp > 1 (NeMo/Megatron/torchtitan default); etp 1 where
+    ep exceeds cp x dp; uneven model chunks lighter at both ends (``interleaved_layers``)."""
     body: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "sp": tp > 1 if sp is None
                             else sp}
     if ep and ep > 1:
         body["ep"] = ep
+        if (cp * dp) % ep and (tp * cp * dp) % ep == 0:
+            # EP larger than cp x dp only fits by folding the TP ranks into EP: expert
+            # tensor parallelism 1 (Megatron-Core MoE parallel folding; the sources do
+            # not print ETP, and their MoE recipes set expert_tensor_parallel_size 1).
+            body["etp"] = 1
     if vp and vp > 1:
         body.update(vpp=vp, schedule="interleaved")
     if fsdp:
@@ -193,9 +203,28 @@ def parallelism(tp: int, pp: int, cp: int, dp: int, *, vp: int | None = None, ep
     if num_layers and pp > 1 and num_layers % (pp * (vp or 1)) and (vp or 1) == 1:
         base, extra = divmod(num_layers, pp)
         body["pp_layers"] = [base + (1 if i < extra else 0) for i in range(pp)]
+    elif num_layers and pp > 1 and vp and num_layers % (pp * vp):
+        body["pp_layers"] = interleaved_layers(num_layers, pp * vp)
     if tp == 1:
         body["tp_comm_overlap"] = False
     return body
+
+
+def interleaved_layers(layers: int, chunks: int) -> list[int]:
+    """Layers per model chunk when ``chunks`` does not divide them: every chunk takes
+    ceil(layers/chunks) but the first and last chunks (then the second and second-to-last,
+    ...) take one fewer until the count adds up, as Megatron-Core's
+    account_for_embedding/loss_in_pipeline_split lighten the chunks holding the embedding
+    and the loss (Qwen3-235B, 94 layers in 48 chunks: 1, 2, ..., 2, 1)."""
+    per = -(-layers // chunks)
+    counts = [per] * chunks
+    order = [i for pair in zip(range(chunks), reversed(range(chunks)), strict=True)
+             for i in pair]
+    for i in dict.fromkeys(order).keys():
+        if sum(counts) == layers:
+            break
+        counts[i] -= 1
+    return counts
 
 
 def flow(value: Any) -> str:

@@ -174,8 +174,9 @@ def deepseek_v3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
         published={"tokens_per_s_per_gpu": r["tok_s_gpu_derived"]}, model="DeepSeekV3",
         shapes=shapes, seq=4096, system="DGX-H100", gpus=2048, gbs=15360, mbs=1, pp=16,
         ep=64, dp=128, prec="fp8 blockwise", gpu="h800",
-        par={"schedule": "dualpipe"},
-        needs=["H800 GPU", "DualPipe schedule", "node-limited routing (4 nodes per token)"])
+        par={"schedule": "dualpipe", "moe_dispatcher": "deepep"},
+        model_extra={"routing_node_limit": 4},  # "each token ... to at most 4 nodes"
+        needs=["H800 GPU", "DualPipe schedule"])
         for r in source["rows"]]
 
 

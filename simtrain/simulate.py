@@ -17,6 +17,7 @@ from simtrain.engine.timeline import (
     overlap_length,
 )
 from simtrain.hardware.topology import Cluster, build_cluster
+from simtrain.parallel.expert import deepep_problem
 from simtrain.parallel.fsdp import gathered_bytes
 from simtrain.parallel.lower import Lowering, LowerOptions
 from simtrain.parallel.plan import ParallelDims
@@ -71,7 +72,8 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
     dims = par.dims(cluster.num_gpus)
     m = micro_batches(scenario, cluster)
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
-                     cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp)
+                     cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp,
+                     etp=dims.etp)
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     schedule = make_schedule(kind, dims.pp, m, dims.vpp)
@@ -103,6 +105,9 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
         recompute=par.recompute, granularity=scenario.sim.granularity,
         p2p_bytes=plan.p2p_bytes, imbalance=scenario.model.routing_imbalance,
         capacity_factor=scenario.model.capacity_factor,
+        moe_dispatcher=par.moe_dispatcher,
+        experts_per_token=scenario.model.experts_per_token,
+        routing_node_limit=scenario.model.routing_node_limit, server_of=cluster.server_of,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
         pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
         reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
@@ -121,6 +126,12 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
                               kernel_issue_s=compute.host_kernel_issue)
 
     options = replace(options, optimizer_step=step)
+    if par.moe_dispatcher == "deepep" and plan.dims.ep > 1:
+        dims = plan.dims
+        problem = deepep_problem({dims.ep_group(r) for r in range(dims.world_size)},
+                                 cluster.server_of)
+        if problem:
+            raise scenario_error(scenario, "parallelism.moe_dispatcher", problem)
     if fidelity(scenario, cluster) == "symmetric":
         options = replace(options, symmetric=True)
     graph = TaskGraph(num_ranks=cluster.num_gpus)
@@ -199,7 +210,8 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
         shard = dims.fsdp_shard_size if dims.zero == 3 else dims.dp * dims.cp
         states = model_state_bytes(dense, zero=dims.zero, dp=shard,
                                    weight_bytes=dt, grad_bytes=grad_bytes)
-        for k, v in model_state_bytes(expert, zero=dims.zero, dp=dims.dp // dims.ep * dims.cp,
+        edp = dims.tp * dims.cp * dims.dp // (dims.etp * dims.ep)  # expert data parallel
+        for k, v in model_state_bytes(expert, zero=dims.zero, dp=edp,
                                       weight_bytes=dt, grad_bytes=grad_bytes).items():
             states[k] += v
         if train.fp8_recipe is not None:  # FP8 copies of the GEMM weights (workload.fp8)

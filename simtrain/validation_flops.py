@@ -45,7 +45,7 @@ def matmul_params(model: ModelConfig) -> float:
     O projections ``h·(a + 2g)·d + a·d·h`` and the MLP of the active experts
     (``3·h·f`` gated, ``2·h·f`` otherwise, times top-k for MoE), plus the output layer
     ``h·V``; embeddings and norms excluded."""
-    h, d, a, g = model.hidden_size, model.head_dim, model.num_heads, model.kv_heads
+    h, d, a, g = model.hidden_size, model.head_width, model.num_heads, model.kv_heads
     attention = h * (a + 2 * g) * d + a * d * h
     ffn = model.expert_ffn_size if model.is_moe else model.ffn_size
     mlp = (3 if model.activation == "swiglu" else 2) * h * ffn

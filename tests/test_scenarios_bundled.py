@@ -57,6 +57,7 @@ def test_pipeline_schedules_trade_bubble_and_memory():
 def test_capability_scenarios_show_their_communication():
     assert _summary("tp_sp_node")["exposed_comm_by_kind"]["tp_comm"] > 0
     assert _summary("moe_mixtral")["exposed_comm_by_kind"]["ep_comm"] > 0
+    assert _summary("moe_deepseek")["exposed_comm_by_kind"]["ep_comm"] > 0
     cp = _summary("cp_128k")
     assert cp["exposed_comm_by_kind"].get("cp_comm", 0.0) < 0.01 * cp["step_time_s"]
     fsdp = _summary("fsdp_zero3")

@@ -70,7 +70,7 @@ class Emitter:
     # ---- lookups ---------------------------------------------------------------------
     def duration(self, op: Op) -> float:
         """Seconds of ``op``; layers repeat, so each distinct op shape is costed once."""
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups)
         t = self._times.get(key)
         if t is None:
             t = self._times[key] = self._op_time(op)
@@ -167,6 +167,6 @@ class Emitter:
             deps = sorted({t for r in grp for t in frontier.get(r, ())})
             tid = self.graph.collective(c.op, grp, c.nbytes, c.name, kind=c.kind,
                                         stream=c.group, deps=deps, meta=meta,
-                                        copies=self.images.copies(grp))
+                                        splits=c.splits, copies=self.images.copies(grp))
             for r in grp:
                 frontier[r] = [tid]

@@ -132,17 +132,24 @@ def _fused(run: list[Kernel]) -> Kernel:
 
 def _accumulate(target: dict[tuple[str, ...], list[Any]], key: tuple[str, ...],
                 t: Aggregate, nbytes: float) -> None:
+    splits = t.splits if isinstance(t, Collective) else None
     if key in target:
         target[key][1] += nbytes
+        if splits is not None:  # all-to-all-v: the pairs' bytes add up too
+            old = target[key][2]
+            target[key][2] = tuple(tuple(a + b for a, b in zip(ra, rb, strict=True))
+                                   for ra, rb in zip(old, splits, strict=True))
     else:
-        target[key] = [t, nbytes]
+        target[key] = [t, nbytes, splits]
 
 
-def _aggregate(t: Aggregate, nbytes: float) -> Aggregate:
-    """The aggregate named after its (group, op), of the summed bytes, kind of the first."""
+def _aggregate(t: Aggregate, nbytes: float, splits: Any = None) -> Aggregate:
+    """The aggregate named after its (group, op), of the summed bytes (and all-to-all-v
+    splits), kind of the first."""
     match t:
         case Collective():
-            return Collective(f"{t.group} {t.op}", t.kind, t.op, t.group, nbytes)
+            return Collective(f"{t.group} {t.op}", t.kind, t.op, t.group, nbytes,
+                              splits=splits)
         case ParamGather():  # the stage's units gathered (and resharded) as one
             return replace(t, name="dp all_gather", nbytes=nbytes, unit="stage")
         case GradScatter():

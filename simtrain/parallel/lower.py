@@ -40,6 +40,7 @@ from simtrain.parallel import data_parallel, program
 from simtrain.parallel.context import emit_ring
 from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, emit_param_gather
 from simtrain.parallel.emit import Emitter
+from simtrain.parallel.expert import Dispatch, with_route_splits
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
 from simtrain.parallel.pipeline import copies, receive, run_schedule, sum_copies
@@ -107,11 +108,25 @@ class Lowering:
             else:  # "W": the weight gradients deferred from B, then their reduce-scatter
                 body = program.backward(unit, o.recompute, cp, duration, "weight")
                 out += data_parallel.with_fsdp(unit, body, o, gather=False, scatter=True)
+        # EP all-to-alls carry each rank's routed bytes (all-to-all-v) under imbalance or
+        # a DeepEP dispatch.
+        out = with_route_splits(out, self.dims.ep, o.imbalance, o.capacity_factor,
+                                self._dispatch(stage))
         if o.tp_overlap:  # 4. TP comm overlap
             out = overlap_tp(out)
         out = fuse(out, o.granularity, "forward" if phase == "F" else "backward")  # 5.
         self._templates[key] = out
         return out
+
+    def _dispatch(self, stage: int) -> Dispatch | None:
+        """The stage's MoE token dispatch (every EP group of a uniform cluster alike)."""
+        o = self.o
+        if o.moe_dispatcher != "deepep" or self.dims.ep == 1 or o.server_of is None:
+            return None
+        # Every EP group is spread over nodes alike (checked: expert.deepep_problem).
+        group = self.em.groups(stage, "ep")[0]
+        return Dispatch(True, o.experts_per_token, o.routing_node_limit,
+                        tuple(o.server_of(r) for r in group))
 
     def emit_step(self, step: PipeStep, incoming: dict[int, int] | None) -> None:
         """Emit ``step`` on every rank of its stage; ``incoming`` maps rank -> p2p task."""

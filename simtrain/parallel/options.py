@@ -30,6 +30,13 @@ class LowerOptions:
     pp_gather: bool = False
     imbalance: float = 0.0
     capacity_factor: float | None = None
+    # MoE token dispatch: "alltoall" (NCCL all-to-all) or "deepep" (one network copy per
+    # destination node, forwarded over NVLink; parallel.expert.deepep_splits), the
+    # routing's top-k and node limit, and the node of each rank (cluster.server_of).
+    moe_dispatcher: str = "alltoall"
+    experts_per_token: int = 1
+    routing_node_limit: int | None = None
+    server_of: Callable[[int], int] | None = None
     # Symmetric fidelity: emit only data-parallel replica 0; the other replicas mirror it
     # (virtual ranks), and their copies of its collectives load the network as weights.
     symmetric: bool = False

@@ -4,9 +4,14 @@
 virtual stages, ZeRO stage, SP), the rank <-> coordinate mapping and the process groups.
 Ranks are laid out by ``order`` from innermost to outermost; the default "tp-cp-pp-dp"
 (Megatron-LM, Llama 3 §3.3.2) keeps the TP group on consecutive ranks, i.e. inside one
-server when tp divides the GPUs per node. Expert parallelism is carved out of data
-parallelism (as in Megatron-Core): an EP group is ``ep`` consecutive DP replicas with the
-same tp/cp/pp coordinates, so ``ep`` must divide ``dp``.
+server when tp divides the GPUs per node. Experts are laid out over the same ranks of a
+pipeline stage by Megatron-Core's MoE parallel folding (Liu et al. 2025, arXiv:2504.14960):
+the stage's tp·cp·dp ranks, taken tp innermost then dp then cp, are re-cut as expert
+tensor parallel (``etp``, innermost), expert parallel (``ep``) and expert data parallel
+(the rest), so etp·ep must divide tp·cp·dp. With etp = tp (the default, Megatron's
+``--expert-tensor-parallel-size`` unset) an EP group is ``ep`` consecutive DP replicas
+with the same tp/cp/pp coordinates whenever ep divides dp; etp = 1 lets EP span the TP
+ranks too (DeepSeek-V3 and Qwen3 recipes).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simtrain.parallel.context_volume import CP_ALGORITHMS, check_context, ulysses_degree
+from simtrain.parallel.expert import expert_layout_problem
 from simtrain.parallel.fsdp import FSDPConfig, check_fsdp
 from simtrain.parallel.schedule import SCHEDULES, model_chunks, schedule_problems
 from simtrain.units import MiBCount
@@ -96,6 +102,10 @@ class ParallelismConfig(BaseModel):
     cp: int = Field(1, gt=0)
     pp: int = Field(1, gt=0)
     ep: int = Field(1, gt=0)
+    etp: int | None = Field(None, gt=0, description="expert tensor parallelism (None: tp)")
+    # MoE token dispatch: NCCL all-to-all, or DeepEP's node-deduplicated dispatch
+    # (one network copy per destination node, forwarded over NVLink; docs/moe.md).
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     vpp: int = Field(1, gt=0, description="virtual pipeline stages (model chunks) per rank")
     sp: bool = False
     zero: Literal[0, 1, 2, 3] = 0
@@ -145,7 +155,7 @@ class ParallelismConfig(BaseModel):
                             vpp=self.vpp, zero=self.zero, sp=self.sp, order=self.order,
                             world_size=world_size,
                             cp_a2a=ulysses_degree(self.cp_algorithm, self.cp, self.cp_a2a_size),
-                            fsdp_shard=self.fsdp.shard_size or 0)
+                            fsdp_shard=self.fsdp.shard_size or 0, etp=self.etp or 0)
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,7 @@ class ParallelDims:
     world_size: int = 0  # 0: tp·cp·pp·dp
     cp_a2a: int = 1  # CP ranks of each Ulysses all-to-all (context_volume.py); 1: none
     fsdp_shard: int = 0  # HSDP shard group size over dp x cp (fsdp.py); 0: all of it
+    etp: int = 0  # expert tensor parallelism; 0: tp
     _axes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -195,10 +206,12 @@ class ParallelDims:
             raise ValueError("parallelism.sp (sequence parallelism) splits activations "
                              "across the tensor-parallel group, so it needs tp > 1; set "
                              "tp >= 2 or sp: false")
-        if self.dp % self.ep:
-            raise ValueError(f"parallelism.ep={self.ep} must divide dp={self.dp} (experts "
-                             f"are spread over data-parallel replicas); use an ep dividing "
-                             f"{self.dp}")
+        if self.etp == 0:
+            object.__setattr__(self, "etp", self.tp)
+        problem = expert_layout_problem(self.tp, self.cp, self.dp, self.ep, self.etp,
+                                        self.sp)
+        if problem:
+            raise ValueError(problem)
         if self.cp % self.cp_a2a:
             raise ValueError(f"the CP all-to-all degree {self.cp_a2a} must divide cp="
                              f"{self.cp}")
@@ -259,21 +272,37 @@ class ParallelDims:
             seen.setdefault(self.group(rank, dims), None)
         return list(seen)
 
-    def ep_group(self, rank: int) -> tuple[int, ...]:
-        """Expert-parallel group: ``ep`` consecutive DP replicas with the same tp/cp/pp."""
+    # ---- experts (MoE parallel folding) --------------------------------------------------
+    def _expert_slot(self, rank: int) -> tuple[dict[str, int], int]:
+        """(coords, index of ``rank`` among its stage's ranks taken tp, then dp, then cp)."""
         c = self.coords(rank)
-        start = c["dp"] // self.ep * self.ep
-        return tuple(self.rank(**{**c, "dp": start + i}) for i in range(self.ep))
+        return c, c["tp"] + self.tp * (c["dp"] + self.dp * c["cp"])
+
+    def _slot_rank(self, c: dict[str, int], slot: int) -> int:
+        tp, rest = slot % self.tp, slot // self.tp
+        return self.rank(tp=tp, dp=rest % self.dp, cp=rest // self.dp, pp=c["pp"])
+
+    def ep_group(self, rank: int) -> tuple[int, ...]:
+        """Expert-parallel group, in EP-index order: the ranks of the stage whose expert
+        slots etp_i + etp·(j + ep·edp_i) differ only in j. With etp = tp and ep | dp:
+        ``ep`` consecutive DP replicas with the same tp/cp/pp."""
+        c, slot = self._expert_slot(rank)
+        etp_i, edp_i = slot % self.etp, slot // (self.etp * self.ep)
+        return tuple(self._slot_rank(c, etp_i + self.etp * (j + self.ep * edp_i))
+                     for j in range(self.ep))
 
     def ep_index(self, rank: int) -> int:
-        return self.coords(rank)["dp"] % self.ep
+        """Position of ``rank`` in its EP group (which experts it holds)."""
+        return self._expert_slot(rank)[1] // self.etp % self.ep
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
-        """Ranks holding the same experts: same tp/pp and EP index, over dp/ep x cp."""
-        c = self.coords(rank)
-        return tuple(sorted(
-            self.rank(**{**c, "cp": cp, "dp": d})
-            for cp in range(self.cp) for d in range(c["dp"] % self.ep, self.dp, self.ep)))
+        """Ranks holding the same expert shards: same etp and EP index, every expert-data
+        index (with etp = tp: same tp/pp and EP index, over dp/ep x cp)."""
+        c, slot = self._expert_slot(rank)
+        inner = slot % (self.etp * self.ep)
+        edp = self.tp * self.cp * self.dp // (self.etp * self.ep)
+        return tuple(sorted(self._slot_rank(c, inner + self.etp * self.ep * k)
+                            for k in range(edp)))
 
     def split_group(self, rank: int, dims: str | Iterable[str], size: int,
                     part: Literal["block", "stride"]) -> tuple[int, ...]:
@@ -333,7 +362,7 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
                            cp=par.cp)
     if sharding:
         return options + sharding
-    if inner == 1 and par.dp is not None:  # plain data parallelism: the original checks
+    if inner == 1 and par.dp is not None and par.ep == 1:  # plain data parallelism
         return options + check_plan(par.dp, num_gpus, global_batch, micro_batch)
     problems: list[tuple[str, str]] = options
     if par.dp is None and num_gpus % inner:
@@ -352,9 +381,12 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
         problems.append(("parallelism.tp", f"num_kv_heads={kv} and tp={t}: each TP rank "
                          f"needs whole KV heads (kv_heads % tp == 0, or tp % kv_heads == 0 "
                          f"to replicate them); use a tp dividing {kv} or a multiple of it"))
-    if model.ffn_size % t or (model.is_moe and model.expert_ffn_size % t):
+    if model.ffn_size % t or (model.is_moe and model.expert_ffn_size % dims.etp) or (
+            model.shared_expert_ffn_size and model.shared_expert_ffn_size % t):
         problems.append(("parallelism.tp", f"the MLP width {model.ffn_size} (experts "
-                         f"{model.expert_ffn_size}) is not divisible by tp={t}"))
+                         f"{model.expert_ffn_size}, shared experts "
+                         f"{model.shared_expert_ffn_size or 0}) is not divisible by tp={t} "
+                         f"(experts: by etp={dims.etp})"))
     if t > 1 and gpus_per_node % t and par.order.startswith("tp"):
         problems.append(("parallelism.tp", f"tp={t} does not divide the {gpus_per_node} GPUs "
                          f"per node, so TP groups would straddle servers; use a tp dividing "

@@ -32,6 +32,11 @@ Duration = Callable[[Op], float]
 BackwardPart = Literal["all", "input", "weight"]
 
 
+def _reverse(route: str) -> str:
+    """The backward of an EP all-to-all moves the gradients the other way."""
+    return {"to_experts": "from_experts", "from_experts": "to_experts"}.get(route, route)
+
+
 def is_core_attention(op: Op) -> bool:
     """Whether ``op`` belongs to core attention (recomputed under selective recompute)."""
     return op.role == "core_attention"
@@ -61,7 +66,7 @@ def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template
             case Comm():
                 if step.fwd:
                     out.append(Collective(step.name, step.kind, step.fwd, step.group,
-                                          step.nbytes))
+                                          step.nbytes, unit.layer, step.route))
             case Ring():
                 out.append(ring_forward(step, kind, unit.layer, duration))
             case _:
@@ -99,7 +104,8 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
             case Comm():
                 if step.bwd:
                     out.append(Collective(step.name + ".bwd", step.kind, step.bwd,
-                                          step.group, step.nbytes))
+                                          step.group, step.nbytes, unit.layer,
+                                          _reverse(step.route)))
             case Ring():
                 if selective:
                     out.append(ring_forward(step, "recompute", unit.layer, duration))
@@ -143,7 +149,7 @@ def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, r
     cache: dict[tuple[object, ...], float] = {}
 
     def duration(op: Op) -> float:
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups)
         if key not in cache:
             cache[key] = op_time(op)
         return cache[key]

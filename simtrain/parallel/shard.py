@@ -62,13 +62,16 @@ class Compute:
 
 @dataclass(frozen=True, slots=True)
 class Comm:
-    """A collective over the ``group`` ("tp", "cp", "ep"); ``fwd``/``bwd`` op or None."""
+    """A collective over the ``group`` ("tp", "cp", "ep"); ``fwd``/``bwd`` op or None.
+    ``route``: an EP all-to-all's forward direction ("to_experts" for dispatch,
+    "from_experts" for combine; backward runs the other way), "" otherwise."""
 
     name: str
     group: str
     fwd: str | None
     bwd: str | None
     nbytes: float
+    route: str = ""
 
     @property
     def kind(self) -> str:
@@ -113,8 +116,8 @@ class ShardSpec(Shard):
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
-          size: int) -> list[Step]:
-    return [Comm(name, group, fwd, bwd, nbytes)] if size > 1 else []
+          size: int, route: str = "") -> list[Step]:
+    return [Comm(name, group, fwd, bwd, nbytes, route)] if size > 1 else []
 
 
 def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
@@ -132,8 +135,9 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
                 steps += (_comm(item.name, "tp", "reduce_scatter", "all_gather", item.nbytes, t)
                           if sp else _comm(item.name, "tp", "all_reduce", None, item.nbytes, t))
             case Site(kind="dispatch" | "combine"):
+                route = "to_experts" if item.kind == "dispatch" else "from_experts"
                 steps += _comm(item.name, "ep", "all_to_all", "all_to_all", item.nbytes,
-                               spec.ep)
+                               spec.ep, route)
             case ContextAttention():
                 steps += _context(item, spec)
             case _:

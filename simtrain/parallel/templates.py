@@ -43,13 +43,20 @@ class Kernel:
 
 @dataclass(frozen=True, slots=True)
 class Collective:
-    """``op`` of ``nbytes`` over each of the stage's ``group`` groups ("tp", "cp", "ep")."""
+    """``op`` of ``nbytes`` over each of the stage's ``group`` groups ("tp", "cp", "ep").
+
+    An EP all-to-all names its ``layer`` and ``route`` ("to_experts" or "from_experts",
+    ``expert.py``); with routing imbalance it becomes "all_to_all_v" with ``splits[i][j]``
+    the bytes group index i sends index j (the group in EP-index order)."""
 
     name: str
     kind: str  # tp_comm, cp_comm, ep_comm
     op: str
     group: str
     nbytes: float
+    layer: int = -1
+    route: str = ""
+    splits: tuple[tuple[float, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,18 +192,25 @@ def kloop_efficiency(k: int, k0: float) -> float:
 
 
 def gemm_efficiency(m: int, n: int, k: int, gpu: GPULike, cfg: ComputeConfig,
-                    dtype: str = "bf16", max_efficiency: float | None = None) -> float:
+                    dtype: str = "bf16", max_efficiency: float | None = None,
+                    groups: int = 1) -> float:
     """Peak fraction a GEMM (m, n, k) reaches: max · tile · wave · k/(k + k0).
 
     ``dtype`` sets the peak the tile computes at (and the output's bytes: 16-bit for bf16,
     fp16 and fp8 GEMMs, whose outputs are bf16); ``max_efficiency`` overrides the
-    large-GEMM ceiling (FP8 GEMMs have their own, ``simtrain.workload.fp8``).
+    large-GEMM ceiling (FP8 GEMMs have their own, ``simtrain.workload.fp8``). A grouped
+    GEMM of ``groups`` (m, n, k) problems in one kernel (CUTLASS grouped GEMM, as
+    Megatron-Core's ``--moe-grouped-gemm`` runs a rank's experts) pads each problem's
+    tiles and runs all groups' tiles in one set of waves: the per-expert token count m
+    sets the tile fill and, for the weight gradient (n, k, m), the k-loop.
     """
     if min(m, n, k) <= 0:
         raise ValueError(f"gemm shape must be positive, got (m, n, k) = ({m}, {n}, {k})")
     if gpu.num_sms <= 0:
         raise ValueError(f"gpu.num_sms must be positive, got {gpu.num_sms}")
-    tiles = math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n)
+    if groups < 1:
+        raise ValueError(f"a grouped GEMM needs groups >= 1, got {groups}")
+    tiles = groups * math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n)
     out_bytes = 4.0 if dtype == "fp32" else 2.0
     k0 = kloop_k0(cfg.tile_m, cfg.tile_n, gpu.flops(dtype) / gpu.num_sms,
                   gpu.hbm_bandwidth / gpu.num_sms, cfg.tile_fill_latency, out_bytes)
@@ -230,7 +237,7 @@ def op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, dtype: str = "bf16") -> fl
     if op.kind == "gemm":
         if op.gemm_shape is None:
             raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
-        eff = gemm_efficiency(*op.gemm_shape, gpu, cfg, dtype)
+        eff = gemm_efficiency(*op.gemm_shape, gpu, cfg, dtype, groups=op.groups)
         compute = op.flops / (gpu.flops(dtype) * eff)
     elif op.kind == "attention":
         executed = op.flops * (0.5 if cfg.causal_attention else 1.0)

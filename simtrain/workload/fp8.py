@@ -94,6 +94,7 @@ def cast_kernels(op: Op, recipe: str, microbatches: int) -> list[float]:
     if not runs_in_fp8(op) or op.gemm_shape is None or op.name.endswith(".wgrad"):
         return []
     m, n, k = op.gemm_shape
+    m, n = m * op.groups, n * op.groups  # a grouped GEMM casts every group's operands
     per = cast_bytes_per_element(recipe)
     if op.name.endswith(".dgrad"):
         sizes = [m * k]  # dY: m x (forward's n), the reduction dim k of dgrad (m, k, n)
@@ -117,10 +118,11 @@ def fp8_op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, recipe: str,
     if ceiling is None:
         raise ValueError(f"no default FP8 GEMM efficiency for {gpu.arch!r}; set "
                          f"compute.fp8_gemm_efficiency")
-    eff = gemm_efficiency(*op.gemm_shape, gpu, cfg, "fp8", max_efficiency=ceiling)
+    eff = gemm_efficiency(*op.gemm_shape, gpu, cfg, "fp8", max_efficiency=ceiling,
+                          groups=op.groups)
     # FP8 operands are half the bytes of BF16 ones (the output stays BF16).
     m, n, k = op.gemm_shape
-    nbytes = op.bytes - (m * k + n * k)
+    nbytes = op.bytes - (m * k + n * k) * op.groups
     gemm = max(op.flops / (gpu.flops("fp8") * eff),
                nbytes / (gpu.hbm_bandwidth * cfg.hbm_efficiency(gpu.arch)))
     casts = sum(op_time(Op(f"{op.name}.cast", "elementwise", 0.0, b, None, (), 0.0), gpu,

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from simtrain.workload.mla import mla_attention, mla_projections, mla_widths
 from simtrain.workload.ops import (
     ACT_FLOPS,
     ADD_FLOPS,
@@ -56,6 +57,11 @@ class Shard:
     ep: int = 1
     sp: bool = False
     pp: int = 1
+    etp: int = 0  # expert tensor parallelism; 0: tp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +157,10 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
 
     Each of m tokens goes to k experts, so the local experts see k·m tokens on average
     when they are spread over E/local_experts ranks (or all E live here): the grouped GEMMs
-    have m' = k·m rows, expert width f_e/tp, and own the weights of every local expert
-    (expert parameters); the three kernels have the "expert" role.
+    have m' = k·m rows in all, expert width f_e/tp, and own the weights of every local
+    expert (expert parameters); the three kernels have the "expert" role. Each grouped GEMM
+    is ``local_experts`` problems of ⌈k·m / local_experts⌉ tokens (``Op.groups``: the
+    per-expert token count sets its efficiency, ``compute.gemm_efficiency``).
     """
     h, k = cfg.hidden_size, cfg.experts_per_token
     fe = cfg.expert_ffn_size // tp
@@ -163,8 +171,11 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
         params = tuple(Param(q.name.replace(".mlp.", ".mlp.experts."), q.numel * local_experts,
                              expert=True) for q in op.params)
         extra = dt * (local_experts - 1) * sum(q.numel for q in op.params)
-        return Op(op.name, op.kind, op.flops, op.bytes + extra, op.gemm_shape, params,
-                  op.activation_bytes, role="expert")
+        assert op.gemm_shape is not None, "gemm() gives every GEMM its shape"
+        _, n, kdim = op.gemm_shape
+        shape = (-(-tokens // local_experts), n, kdim)
+        return Op(op.name, op.kind, op.flops, op.bytes + extra, shape, params,
+                  op.activation_bytes, role="expert", groups=local_experts)
 
     act = replace(elementwise(f"{p}.mlp.act", tokens * fc1_out, tokens * fe, ACT_FLOPS, dt,
                               dt * tokens * fc1_out), role="expert")
@@ -175,21 +186,29 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
     return router, experts
 
 
-def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> LayerProgram:
-    """Transformer layer ``i`` (pre-norm) on one rank: b sequences, s/cp tokens each, 1/t of
-    the heads."""
+def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard
+               ) -> tuple[list[Item], int]:
+    """The attention block's kernels from the QKV (or MLA) projections through the core,
+    and the output projection's input width (heads · value width) on one rank."""
     t, h = shard.tp, cfg.hidden_size
     sl = s // shard.cp
     m = b * sl
-    mn = m // t if shard.sp else m  # tokens of norms and residuals
-    d = cfg.head_dim
     al = cfg.num_heads // t
+    items: list[Item] = []
+    if cfg.attention == "mla":
+        items += mla_projections(cfg, p, m, al, dt)
+        qk, v = mla_widths(cfg, al)
+        core = mla_attention(f"{p}.attn.core", b, al, sl, s, qk, v, dt)
+        if shard.cp > 1:
+            items.append(ContextAttention(f"{p}.attn.kv_allgather", core,
+                                          float(dt * m * (qk + v))))
+        else:
+            items.append(core)
+        return items, v
+    d = cfg.head_width
     kvl = kv_heads_per_rank(cfg.kv_heads, t) * d
     hl = al * d
-    act = float(dt * m * h)
-    p = f"layers.{i}"
-    items: list[Item] = [_norm(f"{p}.input_norm", cfg, mn, dt), Site(f"{p}.attn.f", "f", act),
-                         gemm(f"{p}.attn.qkv", m, hl + 2 * kvl, h, dt, cfg.bias, dt * m * h)]
+    items.append(gemm(f"{p}.attn.qkv", m, hl + 2 * kvl, h, dt, cfg.bias, dt * m * h))
     if cfg.position_embedding == "rope":
         items.append(elementwise(f"{p}.attn.rope", m * (hl + kvl), m * (hl + kvl), ROPE_FLOPS,
                                  dt))
@@ -200,22 +219,55 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
                                       float(dt * m * hl)))
     else:
         items += attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt)
-    items += [gemm(f"{p}.attn.proj", m, h, hl, dt, cfg.bias, dt * m * hl),
+    return items, hl
+
+
+def _mlp(cfg: ModelConfig, name: str, m: int, width: int, dt: int) -> list[Item]:
+    """A dense MLP of ``width`` (this rank's share): fc1 (gate and up fused for swiglu),
+    activation, fc2."""
+    h = cfg.hidden_size
+    fc1 = (2 if cfg.activation == "swiglu" else 1) * width
+    return [gemm(f"{name}.fc1", m, fc1, h, dt, cfg.bias, dt * m * h),
+            elementwise(f"{name}.act", m * fc1, m * width, ACT_FLOPS, dt, dt * m * fc1),
+            gemm(f"{name}.fc2", m, h, width, dt, cfg.bias, dt * m * width)]
+
+
+def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> LayerProgram:
+    """Transformer layer ``i`` (pre-norm) on one rank: b sequences, s/cp tokens each, 1/t of
+    the heads. A MoE layer (``cfg.is_moe_layer(i)``) routes its MLP to experts; its
+    shared experts run as a dense MLP after the combine, before the layer's "g"."""
+    t, h = shard.tp, cfg.hidden_size
+    m = b * (s // shard.cp)
+    mn = m // t if shard.sp else m  # tokens of norms and residuals
+    act = float(dt * m * h)
+    p = f"layers.{i}"
+    items: list[Item] = [_norm(f"{p}.input_norm", cfg, mn, dt), Site(f"{p}.attn.f", "f", act)]
+    attention, out_width = _attention(cfg, p, b, s, dt, shard)
+    items += attention
+    items += [gemm(f"{p}.attn.proj", m, h, out_width, dt, cfg.bias, dt * m * out_width),
               Site(f"{p}.attn.g", "g", act),
               elementwise(f"{p}.attn.residual", 2 * mn * h, mn * h, ADD_FLOPS, dt),
               _norm(f"{p}.post_attn_norm", cfg, mn, dt), Site(f"{p}.mlp.f", "f", act)]
-    if cfg.is_moe:
-        router, experts = moe_ops(cfg, p, m, dt, cfg.num_experts // shard.ep, t)
-        # Each rank sends its m tokens' k copies: k·m·h elements (nccl-tests size).
-        moved = float(dt * cfg.experts_per_token * m * h)
-        items += [router, Site(f"{p}.mlp.dispatch", "dispatch", moved), *experts,
-                  Site(f"{p}.mlp.combine", "combine", moved)]
+    if cfg.is_moe_layer(i):
+        # An expert-TP group routes the tokens of its etp TP peers: m·etp/t per rank (all
+        # m with etp = t; with etp < t and SP each rank its own sequence shard).
+        et = shard.expert_tp
+        mr = m * et // t
+        router, experts = moe_ops(cfg, p, mr, dt, cfg.num_experts // shard.ep, et)
+        # Each rank sends its tokens' k copies: k·mr·h elements (nccl-tests size).
+        k = cfg.experts_per_token
+        moved = float(dt * k * mr * h)
+        # The token dispatcher's permutation (Megatron-Core moe_utils.permute/unpermute):
+        # a gather of the mr tokens into k·mr expert-ordered copies before the dispatch,
+        # and after the combine their probability-weighted sum back into token order.
+        permute = elementwise(f"{p}.mlp.permute", mr * h, k * mr * h, 0.0, dt)
+        unpermute = elementwise(f"{p}.mlp.unpermute", k * mr * h, mr * h, 2.0 * k, dt)
+        items += [router, permute, Site(f"{p}.mlp.dispatch", "dispatch", moved), *experts,
+                  Site(f"{p}.mlp.combine", "combine", moved), unpermute]
+        if cfg.shared_expert_ffn_size:
+            items += _mlp(cfg, f"{p}.mlp.shared", m, cfg.shared_expert_ffn_size // t, dt)
     else:
-        fl = cfg.ffn_size // t
-        fc1 = (2 if cfg.activation == "swiglu" else 1) * fl  # swiglu fuses gate and up
-        items += [gemm(f"{p}.mlp.fc1", m, fc1, h, dt, cfg.bias, dt * m * h),
-                  elementwise(f"{p}.mlp.act", m * fc1, m * fl, ACT_FLOPS, dt, dt * m * fc1),
-                  gemm(f"{p}.mlp.fc2", m, h, fl, dt, cfg.bias, dt * m * fl)]
+        items += _mlp(cfg, f"{p}.mlp", m, cfg.ffn_size // t, dt)
     items += [Site(f"{p}.mlp.g", "g", act),
               elementwise(f"{p}.mlp.residual", 2 * mn * h, mn * h, ADD_FLOPS, dt)]
     return LayerProgram(p, tuple(items), layer=i)

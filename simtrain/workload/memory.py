@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from simtrain.workload.mla import mla_activation_units
 from simtrain.workload.model import ModelConfig
 
 GIB = 2**30
@@ -89,29 +90,47 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     dropout 2·a·sl·s·b/t]; proj input 2·sl·b·h/t; attention dropout mask sl·b·h (r);
     fc1 input 2·sl·b·h (r); activation input 2·sl·b·fc1/t; fc2 input 2·sl·b·f/t; MLP
     dropout mask sl·b·h (r). MoE: the expert MLP terms are multiplied by the tokens each
-    rank's experts see (top-k x capacity) and the router adds its fp32 logits. With dropout,
+    rank's experts see (top-k x capacity), shared experts add a dense MLP's terms and the
+    router its fp32 logits; the fullest of a dense and a MoE layer counts when the first
+    layers are dense. MLA: ``mla.mla_activation_units`` in place of Q, K, V and the proj
+    input. Query width a·d (= h unless head_dim is given). With dropout,
     MHA, gelu, 4h and cp = 1 this is exactly ``korthikanti_activation_bytes``.
     """
     h, sl = cfg.hidden_size, s // cp
-    kv = cfg.kv_heads * cfg.head_dim
+    kv = cfg.kv_heads * cfg.head_width
+    q = cfg.num_heads * cfg.head_width
     unit = dtype_bytes / 2.0  # the counts below are for 16-bit elements
     if recompute == "full":
         return 2.0 * sl * b * h * unit / (tp if sp else 1)
     rep = tp if sp else 1
     mask = 1.0 if cfg.dropout_masks else 0.0
     replicated = (4.0 + 2.0 + mask + 2.0 + mask) * sl * b * h
-    attn = (2.0 * (h + 2 * kv) + 2.0 * h) * sl * b
-    if cfg.attention_kernel == "standard" and recompute == "none":
-        attn += (4.0 + mask) * cfg.num_heads * sl * s * b
-    if cfg.is_moe:
-        f = cfg.expert_ffn_size
-        routed = cfg.experts_per_token * (cfg.capacity_factor or 1.0)
-        router = 4.0 * sl * b * cfg.num_experts / 2.0  # fp32 logits in 16-bit units
+    full = 0.0  # on every TP rank whatever SP does: MLA's latent projections
+    if cfg.attention == "mla":
+        split, latent = mla_activation_units(cfg)
+        attn, full = split * sl * b, latent * sl * b
     else:
-        f, routed, router = cfg.ffn_size, 1.0, 0.0
-    fc1 = 2 * f if cfg.activation == "swiglu" else f
-    mlp = (2.0 * fc1 + 2.0 * f) * sl * b * routed
-    return unit * (replicated / rep + (attn + mlp) / tp + router)
+        attn = (2.0 * (q + 2 * kv) + 2.0 * q) * sl * b
+    if cfg.attention_kernel == "standard" and recompute == "none" and cfg.attention != "mla":
+        attn += (4.0 + mask) * cfg.num_heads * sl * s * b
+    mlp = _mlp_units(cfg.ffn_size, 1.0, cfg.activation) * sl * b
+    router = 0.0
+    if cfg.is_moe:
+        routed = cfg.experts_per_token * (cfg.capacity_factor or 1.0)
+        moe = _mlp_units(cfg.expert_ffn_size, routed, cfg.activation)
+        if cfg.shared_expert_ffn_size:
+            moe += _mlp_units(cfg.shared_expert_ffn_size, 1.0, cfg.activation)
+        router = 4.0 * sl * b * cfg.num_experts / 2.0  # fp32 logits in 16-bit units
+        # The fullest layer: dense first layers (dense_layers > 0) may hold more.
+        mlp = max(moe * sl * b, mlp if cfg.dense_layers else 0.0)
+    return unit * (replicated / rep + (attn + mlp) / tp + router + full)
+
+
+def _mlp_units(width: int, tokens: float, activation: str) -> float:
+    """Saved MLP activations per token in 16-bit units: activation input 2·fc1 and fc2
+    input 2·f, for ``tokens`` copies of each token (top-k x capacity for experts)."""
+    fc1 = 2 * width if activation == "swiglu" else width
+    return (2.0 * fc1 + 2.0 * width) * tokens
 
 
 def pipeline_inflight_formula(schedule: str, p: int, m: int, stage: int, v: int = 1) -> float:

@@ -22,12 +22,25 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from simtrain.workload.layers import Shard, attention_ops, block, embedding, head, moe_ops
+from simtrain.workload.mla import (
+    check_mla,
+    mla_core_flops_per_token,
+    mla_params,
+    mla_projection_params,
+)
+from simtrain.workload.moe import (
+    MOE_PRESETS,
+    check_moe_layout,
+    mlp_matmul_flops_per_token,
+    mlp_params,
+    moe_mlp_params,
+)
 from simtrain.workload.ops import OP_KINDS, Op, Param, backward_ops
 
 # Re-exported: the kernels and their constructors live in ops.py and layers.py.
 __all__ = ["MODEL_PRESETS", "OP_KINDS", "Layer", "ModelConfig", "Op", "Param",
            "attention_ops", "backward_ops", "lower_model", "model_flops_per_step", "moe_ops",
-           "num_parameters"]
+           "num_active_parameters", "num_parameters"]
 
 _GPT3 = dict(family="gpt", vocab_size=50257, max_seq_len=2048, tied_embeddings=True)
 _MEGATRON_2020 = dict(family="gpt", vocab_size=51200, max_seq_len=1024, tied_embeddings=True)
@@ -76,6 +89,7 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
                    "tiny MoE", 4, 256, 4, ffn_hidden_size=512, num_experts=4,
                    experts_per_token=2),
 }
+MODEL_PRESETS.update(MOE_PRESETS)  # Mixtral 8x22B, DeepSeek-V3, Qwen3 MoE, GPT-OSS
 
 # Defaults implied by the family when the user does not set them.
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -129,6 +143,29 @@ class ModelConfig(BaseModel):
     moe_ffn_hidden_size: int | None = None
     capacity_factor: float | None = None
     routing_imbalance: float = 0.0
+    # Node-limited routing: each token's experts lie on at most this many nodes (DeepSeek-V3:
+    # 4); it lowers the network bytes of a DeepEP dispatch (parallelism.moe_dispatcher).
+    routing_node_limit: int | None = None
+    # Shared experts (DeepSeekMoE, Dai et al. 2024; DeepSeek-V2/V3, Llama 4): a dense MLP of
+    # this total width that every token passes beside its routed experts (None: none).
+    shared_expert_ffn_size: int | None = None
+    # The first ``dense_layers`` layers of a MoE model have a dense MLP of ffn_hidden_size
+    # (DeepSeek-V3: 3 of 61, first_k_dense_replace).
+    dense_layers: int = 0
+    # Width of one attention head (None: hidden_size / num_heads). Qwen3 and GPT-OSS use
+    # heads wider or narrower than h / a (the suites write it here).
+    head_dim: int | None = None
+    # "gqa": grouped-query (MHA when num_kv_heads = num_heads); "mla": DeepSeek-V2/V3
+    # multi-head latent attention (simtrain.workload.mla): queries through a rank
+    # ``q_lora_rank`` bottleneck (None: a full projection), keys and values through a
+    # shared ``kv_lora_rank`` latent, per-head ``qk_head_dim`` (no RoPE) + ``qk_rope_dim``
+    # (decoupled RoPE) query/key widths and ``v_head_dim`` value width.
+    attention: Literal["gqa", "mla"] = "gqa"
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_rope_dim: int | None = None
+    v_head_dim: int | None = None
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> ModelConfig:
@@ -146,7 +183,9 @@ class ModelConfig(BaseModel):
         return data
 
     @field_validator("num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                     "ffn_hidden_size", "vocab_size", "max_seq_len")
+                     "ffn_hidden_size", "vocab_size", "max_seq_len", "shared_expert_ffn_size",
+                     "head_dim", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_dim",
+                     "v_head_dim", "moe_ffn_hidden_size", "routing_node_limit")
     @classmethod
     def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None and value <= 0:
@@ -156,9 +195,14 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _shapes(self) -> ModelConfig:
         h, a = self.hidden_size, self.num_heads
-        if h % a:
+        if self.attention == "mla":
+            check_mla(self)
+        elif self.head_dim is None and h % a:
             raise ValueError(f"model.hidden_size {h} is not divisible by num_heads {a}; pick "
-                             f"num_heads dividing {h} (e.g. {h // 128 or 1} heads of 128)")
+                             f"num_heads dividing {h} (e.g. {h // 128 or 1} heads of 128), "
+                             f"or give model.head_dim")
+        if self.head_dim is None:
+            self.head_dim = h // a
         if self.num_kv_heads is None:
             self.num_kv_heads = a
         if a % self.num_kv_heads:
@@ -177,6 +221,7 @@ class ModelConfig(BaseModel):
         if self.capacity_factor is not None and self.capacity_factor < 1.0:
             raise ValueError(f"model.capacity_factor {self.capacity_factor} must be >= 1 "
                              f"(1 = exactly the mean load per expert), or null for dropless")
+        check_moe_layout(self)
         return self
 
     @property
@@ -189,9 +234,14 @@ class ModelConfig(BaseModel):
         return self.moe_ffn_hidden_size or self.ffn_size
 
     @property
-    def head_dim(self) -> int:
-        """Width of one attention head, h / a."""
-        return self.hidden_size // self.num_heads
+    def head_width(self) -> int:
+        """Width of one attention head (``head_dim``, filled in: h / a unless given)."""
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether transformer layer ``layer`` has routed experts (not one of the dense
+        first layers)."""
+        return self.is_moe and layer >= self.dense_layers
 
     @property
     def kv_heads(self) -> int:
@@ -206,7 +256,7 @@ class ModelConfig(BaseModel):
     @property
     def qkv_width(self) -> int:
         """Output features of the fused QKV projection: (a + 2·g)·d."""
-        return (self.num_heads + 2 * self.kv_heads) * self.head_dim
+        return (self.num_heads + 2 * self.kv_heads) * self.head_width
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,42 +290,61 @@ def lower_model(cfg: ModelConfig, micro_batch_size: int, seq_len: int,
     return [Layer(p.name, p.ops) for p in programs]
 
 
-def num_parameters(cfg: ModelConfig) -> int:
-    """Exact parameter count: embeddings (+ learned positions), per layer attention (GQA),
-    MLP (2 matrices gelu, 3 swiglu), biases if ``bias``, norms, final norm, untied head."""
-    h, f, v = cfg.hidden_size, cfg.ffn_size, cfg.vocab_size
+def _attention_params(cfg: ModelConfig) -> int:
+    """One attention block: MLA (``mla.mla_params``) or GQA: QKV h·(a + 2g)·d, output
+    a·d·h, and their biases if ``bias``."""
+    if cfg.attention == "mla":
+        return mla_params(cfg)
+    h, q = cfg.hidden_size, cfg.num_heads * cfg.head_width
+    return h * cfg.qkv_width + q * h + (cfg.qkv_width + h if cfg.bias else 0)
+
+
+def _parameters(cfg: ModelConfig, routed: int) -> int:
+    h, v = cfg.hidden_size, cfg.vocab_size
     norm = (2 if cfg.norm == "layernorm" else 1) * h
-    gated = cfg.activation == "swiglu"
-    if cfg.is_moe:  # E experts of width f_e plus the router (h x E, no bias)
-        fe, e = cfg.expert_ffn_size, cfg.num_experts
-        mlp = e * ((3 if gated else 2) * h * fe
-                   + ((2 * fe if gated else fe) + h if cfg.bias else 0)) + h * e
-    else:
-        mlp = (3 if gated else 2) * h * f + ((2 * f if gated else f) + h if cfg.bias else 0)
-    attn = h * cfg.qkv_width + h * h + (cfg.qkv_width + h if cfg.bias else 0)
-    layer = attn + mlp + 2 * norm
+    attn = _attention_params(cfg) + 2 * norm
+    dense = cfg.dense_layers if cfg.is_moe else cfg.num_layers
+    layers = dense * (attn + mlp_params(cfg, cfg.ffn_size))
+    layers += (cfg.num_layers - dense) * (attn + moe_mlp_params(cfg, routed))
     pos = cfg.max_seq_len * h if cfg.position_embedding == "learned" else 0
     head = 0 if cfg.tied_embeddings else v * h
-    return v * h + pos + cfg.num_layers * layer + norm + head
+    return v * h + pos + layers + norm + head
+
+
+def num_parameters(cfg: ModelConfig) -> int:
+    """Exact parameter count: embeddings (+ learned positions), per layer attention (GQA or
+    MLA), MLP (2 matrices gelu, 3 swiglu; a MoE layer's E experts, router and shared
+    experts, ``moe.py``), biases if ``bias``, norms, final norm, untied head."""
+    return _parameters(cfg, cfg.num_experts)
+
+
+def num_active_parameters(cfg: ModelConfig) -> int:
+    """Parameters one token's forward uses: ``num_parameters`` with only the top-k of each
+    MoE layer's routed experts (the whole embedding matrix counted, as ``num_parameters``)."""
+    return _parameters(cfg, cfg.experts_per_token if cfg.is_moe else 0)
 
 
 def model_flops_per_step(cfg: ModelConfig, tokens: int, seq_len: int) -> float:
     """Model FLOPs (MFU numerator) for ``tokens`` tokens in sequences of ``seq_len``.
 
-    Forward + backward, no recompute, non-causal attention; Megatron-Core's formula
-    (training.py ``num_floating_point_operations`` at 937571cf, calibration.yaml):
-    12·T·l·h²·[(1 + g/a + s/h)·(a·d/h) + (ffn/h)·(3/2 if swiglu else 1) + V/(2·l·h)],
-    which for MHA, ffn = 4h, gelu is 72·T·l·h²·(1 + s/(6h) + V/(12·l·h)) (T = B·s tokens).
-    For MoE the MLP term uses the expert width times top-k (the router is not counted).
-    Equals 3× the forward FLOPs of the GEMM and attention ops of ``lower_model``.
+    Forward + backward (3x forward), no recompute, non-causal attention: per token and
+    layer 2 x the attention projection weights, the core attention (GQA 4·s·a·d; MLA
+    ``mla_core_flops_per_token``) and 2 x the active MLP weights (``moe.py``: top-k experts
+    and shared experts, no router), plus 2·V·h for the LM head. For GQA this is
+    Megatron-Core's formula (training.py ``num_floating_point_operations`` at 937571cf,
+    calibration.yaml) 12·T·l·h²·[(1 + g/a + s/h)·(a·d/h) + (ffn/h)·k·(3/2 if swiglu else 1)
+    + V/(2·l·h)], which for MHA, ffn = 4h, gelu is 72·T·l·h²·(1 + s/(6h) + V/(12·l·h))
+    (T = B·s tokens). Equals 3× the forward FLOPs of the GEMM and attention ops of
+    ``lower_model`` other than the router.
     """
     if tokens <= 0 or seq_len <= 0:
         raise ValueError(f"tokens and seq_len must be positive, got {tokens} and {seq_len}")
-    h, layers, s = cfg.hidden_size, cfg.num_layers, seq_len
-    q_ratio = cfg.num_heads * cfg.head_dim / h
-    attn = (1 + cfg.kv_heads / cfg.num_heads + s / h) * q_ratio
-    ffn, k = ((cfg.expert_ffn_size, cfg.experts_per_token) if cfg.is_moe
-              else (cfg.ffn_size, 1))
-    mlp = ffn / h * k * (1.5 if cfg.activation == "swiglu" else 1.0)
-    logit = cfg.vocab_size / (2 * layers * h)
-    return 12.0 * tokens * layers * h * h * (attn + mlp + logit)
+    h, s = cfg.hidden_size, seq_len
+    if cfg.attention == "mla":
+        attn = 2.0 * mla_projection_params(cfg) + mla_core_flops_per_token(cfg, s)
+    else:
+        q = cfg.num_heads * cfg.head_width
+        attn = 2.0 * (h * cfg.qkv_width + q * h) + 4.0 * s * q
+    mlp = sum(mlp_matmul_flops_per_token(cfg, i) for i in range(cfg.num_layers))
+    forward = cfg.num_layers * attn + mlp + 2.0 * cfg.vocab_size * h
+    return 3.0 * tokens * forward

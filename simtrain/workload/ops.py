@@ -49,6 +49,9 @@ class Op:
     computes parameter gradients (their W, which may be deferred); None for a forward op.
     ``role``: "expert" (an MoE expert kernel: its time scales with the routed tokens),
     "core_attention" (softmax(QKᵀ)V, recomputed under selective recompute) or None.
+    ``groups``: a grouped GEMM (one kernel over a rank's local experts, Megatron-Core
+    ``--moe-grouped-gemm``) runs ``groups`` GEMMs of ``gemm_shape`` each; ``flops`` and
+    ``bytes`` are the kernel's totals.
     """
 
     name: str
@@ -60,6 +63,7 @@ class Op:
     activation_bytes: float
     grad: GradPart | None = None
     role: OpRole | None = None
+    groups: int = 1
 
 
 def gemm(name: str, m: int, n: int, k: int, dt: int, bias: bool, save: float) -> Op:
@@ -115,10 +119,11 @@ def backward_ops(op: Op) -> tuple[Op, ...]:
         if op.gemm_shape is None:
             raise ValueError(f"gemm op {op.name!r} has no gemm_shape; give it (m, n, k)")
         m, n, k = op.gemm_shape
+        g = op.groups  # grouped: each expert's dgrad and wgrad (over its own m tokens)
         return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0,
-                   "input", r),
+                   "input", r, g),
                 Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0,
-                   "weight", r))
+                   "weight", r, g))
     if op.kind == "attention":
         return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
                    op.params, 0.0, "input", r),)

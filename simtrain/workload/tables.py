@@ -266,7 +266,7 @@ def table_efficiency(table: Table, op: Op, gpu: GPUPeaks, dtype: str) -> float |
     if not rows:
         return None
     if op.kind == "gemm":
-        if op.gemm_shape is None:
+        if op.gemm_shape is None or op.groups > 1:  # tables hold single GEMMs
             return None
         q = dict(zip(("m", "n", "k"), op.gemm_shape, strict=True))
         for free in _GEMM_DIMS:

@@ -42,7 +42,7 @@ def test_expert_groups_are_carved_from_data_parallelism():
     (dict(tp=2, pp=2, dp=3, world_size=16), "tp x cp x pp x dp = 2 x 1 x 2 x 3 = 12 does not "
                                             "match the world size 16"),
     (dict(tp=1, sp=True), "needs tp > 1"),
-    (dict(dp=4, ep=3, world_size=4), "ep=3 must divide dp=4"),
+    (dict(dp=4, ep=3, world_size=4), "etp x ep = 1 x 3 = 3 does not divide the 4 ranks"),
     (dict(order="tp-pp-dp"), "must name each of tp, cp, pp, dp"),
 ])
 def test_impossible_dims_raise_value_errors(kwargs, says):

@@ -182,3 +182,19 @@ def test_op_time_never_decreases_with_more_work(kind: str, flops: float, nbytes:
     t = op_time(base, GPU, ComputeConfig())
     assert op_time(replace(base, flops=flops + more_flops), GPU, ComputeConfig()) >= t
     assert op_time(replace(base, bytes=nbytes + more_bytes), GPU, ComputeConfig()) >= t
+
+
+def test_grouped_gemm_efficiency_from_the_per_expert_tokens() -> None:
+    # 16 experts of 64 tokens each, n = 1280, k = 4096: every expert pads its 64 rows to
+    # one 128-row tile (tile efficiency 64/128) and has 10 column tiles; 16·10 = 160 tiles
+    # run as 2 waves on 100 SMs (160/200). One GEMM over all 1024 rows would fill its
+    # tiles (8·10 = 80 tiles, one wave of 80/100).
+    grouped = gemm_efficiency(64, 1280, 4096, GPU, CFG, groups=16)
+    assert grouped == pytest.approx(0.8 * 0.5 * 160 / 200 * kf(4096))
+    assert gemm_efficiency(1024, 1280, 4096, GPU, CFG) == pytest.approx(0.8 * 80 / 100 * kf(4096))
+    # The weight gradient (n, k, m) = (1280, 4096, 64) reduces over the expert's 64 tokens:
+    # full tiles, 16·10·32 = 5120 tiles in 52 waves (5120/5200), k-loop 64/(64 + k0).
+    wgrad = gemm_efficiency(1280, 4096, 64, GPU, CFG, groups=16)
+    assert wgrad == pytest.approx(0.8 * 5120 / 5200 * kf(64))
+    with pytest.raises(ValueError, match="groups >= 1"):
+        gemm_efficiency(64, 1280, 4096, GPU, CFG, groups=0)
