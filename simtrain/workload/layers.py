@@ -200,8 +200,10 @@ def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard
         qk, v = mla_widths(cfg, al)
         core = mla_attention(f"{p}.attn.core", b, al, sl, s, qk, v, dt)
         if shard.cp > 1:
+            # Q block and output for the Ulysses all-to-alls (qk, v: this rank's heads' widths)
             items.append(ContextAttention(f"{p}.attn.kv_allgather", core,
-                                          float(dt * m * (qk + v))))
+                                          float(dt * m * (qk + v)), float(dt * m * qk),
+                                          float(dt * m * v)))
         else:
             items.append(core)
         return items, v
