@@ -74,7 +74,8 @@ def plan_hybrid(dims: ParallelDims, differ: Mapping[int, str], *,
                 f"and every one of the {dims.tp} tensor-parallel indices")
     symmetry = Symmetry(tuple(mirror_dp), tuple(mirror_tp))
     explicit_dp = {d for d in symmetry.dp_indices if d // block in explicit_blocks}
-    explicit, representative = [], []
+    explicit: list[int] = []
+    representative: list[int] = []
     for stage in range(dims.pp):
         for r in symmetry.stage_ranks(dims, stage):
             (explicit if dims.coords(r)["dp"] in explicit_dp else representative).append(r)
