@@ -49,11 +49,11 @@ LADDER: list[tuple[str, int, dict[str, Any]]] = [
                       "model": {"preset": "llama3-8b"},
                       "training": {"global_batch_size": 64, "seq_len": 8192},
                       "parallelism": {"tp": 8, "sp": True}}),
+    # Stage granularity from 512 GPUs: at layer granularity explicit dense-512 is over the
+    # 2,000,000-task cap (about 11,700 tasks per rank).
     ("dense-512", 512, {"cluster": {"preset": "dgx-h100", "nodes": 64},
-                        "model": {"preset": "llama3-70b"},
                         "training": {"global_batch_size": 512, "seq_len": 8192},
-                        "parallelism": {"tp": 8, "sp": True, "pp": 4, "zero": 1},
-                        "sim": {"granularity": "layer"}}),
+                        **_DENSE_70B, "parallelism": {"tp": 8, "sp": True, "pp": 4, "zero": 1}}),
     ("dense-4096", 4096, {"cluster": {"preset": "dgx-h100", "nodes": 512},
                           "training": {"global_batch_size": 1024, "seq_len": 8192},
                           **_DENSE_70B}),

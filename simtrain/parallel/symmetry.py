@@ -103,15 +103,15 @@ def images(d: ParallelDims, group: tuple[int, ...],
     dp_i = np.array([c["dp"] for c in coords])
     tp_i = np.array([c["tp"] for c in coords])
     base = np.array(group) - dp_i * d.stride("dp") - tp_i * d.stride("tp")
-    # A group closed under a unit shift along an axis (a DP group along dp, a TP group
-    # along tp) maps onto itself under every shift along it: only the other axis makes new
-    # images, so a 512-way DP group has tp images, not dp x tp.
+    # A group that a shift by k along an axis maps onto itself has only k distinct images
+    # along it: a DP group (k = 1 along dp) has only tp images, not dp x tp, and an
+    # expert-data-parallel group (every ep-th replica) only ep images along dp. Shifts
+    # s and s + k give the same set; the first in shift order is the one kept below.
     members = set(group)
-    dp_range = [0] if members == set((base + (dp_i + 1) % d.dp * d.stride("dp")
-                                      + tp_i * d.stride("tp")).tolist()) else range(d.dp)
-    tp_range = [0] if members == set((base + dp_i * d.stride("dp")
-                                      + (tp_i + 1) % d.tp * d.stride("tp")).tolist()) \
-        else range(d.tp)
+    dp_range = range(_period(members, base + tp_i * d.stride("tp"), dp_i, d.dp,
+                             d.stride("dp")))
+    tp_range = range(_period(members, base + dp_i * d.stride("dp"), tp_i, d.tp,
+                             d.stride("tp")))
     # Every remaining (dp, tp) shift at once: images[shift, member].
     dp_s, tp_s = np.meshgrid(np.asarray(dp_range), np.asarray(tp_range), indexing="ij")
     dp_new = (dp_i[None, :] + dp_s.reshape(-1, 1)) % d.dp
@@ -138,13 +138,23 @@ def images(d: ParallelDims, group: tuple[int, ...],
         _, first = np.unique(np.sort(candidates, axis=1), axis=0, return_index=True)
         candidates = candidates[np.sort(first)]
     flat = np.concatenate([np.asarray(group), candidates.ravel()])
+    rows: list[tuple[int, ...]] = list(map(tuple, candidates.tolist()))
     if len(np.unique(flat)) == len(flat):
-        return tuple(tuple(int(r) for r in row) for row in candidates)
+        return tuple(rows)
     taken = set(group)
     found = []
-    for row in candidates:
-        image = tuple(int(r) for r in row)
+    for image in rows:
         if taken.isdisjoint(image):
             taken.update(image)
             found.append(image)
     return tuple(found)
+
+
+def _period(members: set[int], rest: np.ndarray, index: np.ndarray, size: int,
+            stride: int) -> int:
+    """The smallest k dividing ``size`` such that moving every member ``k`` along the axis
+    (``rest`` + index x stride, index mod size) gives the same set of ranks."""
+    for k in range(1, size + 1):
+        if size % k == 0 and members == set((rest + (index + k) % size * stride).tolist()):
+            return k
+    return size  # unreachable: k = size maps every member onto itself
