@@ -97,8 +97,9 @@ class SimConfig(BaseModel):
     variability: Jitter | None = None
     # "explicit": every rank. "symmetric": one data-parallel replica simulated, the others
     # mirrored, their traffic as link weights. "auto": symmetric when replicas are
-    # identical (no faults, no MoE imbalance, a preset cluster).
-    fidelity: Literal["auto", "explicit", "symmetric"] = "auto"
+    # identical (no faults, no MoE imbalance, a preset cluster), else "hybrid": the
+    # differing ranks' replicas explicit, one replica standing for the rest.
+    fidelity: Literal["auto", "explicit", "symmetric", "hybrid"] = "auto"
 
 
 class Scenario(BaseModel):

@@ -16,6 +16,7 @@ from simtrain.engine.timeline import (
     merge_intervals,
     overlap_length,
 )
+from simtrain.fidelity import FidelityChoice, choose_fidelity, fidelity_note
 from simtrain.hardware.topology import Cluster, build_cluster
 from simtrain.parallel.expert import deepep_problem
 from simtrain.parallel.fsdp import gathered_bytes
@@ -91,9 +92,11 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
     return Plan(dims, m, units, schedule, float(p2p))
 
 
-def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) -> TaskGraph:
+def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
+                choice: FidelityChoice | None = None) -> TaskGraph:
     """Lower the scenario's model and plan to a task graph over every GPU of ``cluster``."""
     plan = plan or build_plan(scenario, cluster)
+    choice = choice or choose_fidelity(scenario, cluster)
     train, par = scenario.training, scenario.parallelism
     ddp = par.ddp
     options = LowerOptions(
@@ -132,8 +135,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None) 
                                  cluster.server_of)
         if problem:
             raise scenario_error(scenario, "parallelism.moe_dispatcher", problem)
-    if fidelity(scenario, cluster) == "symmetric":
-        options = replace(options, symmetric=True)
+    options = replace(options, symmetry=choice.symmetry)
     graph = TaskGraph(num_ranks=cluster.num_gpus)
     timer = op_timer(scenario, cluster, plan.micro_batches)
     Lowering(graph, plan.units, plan.schedule, options, timer).run()
@@ -155,31 +157,8 @@ def op_timer(scenario: Scenario, cluster: Cluster, micro_batches: int
 
 
 def fidelity(scenario: Scenario, cluster: Cluster) -> str:
-    """"explicit" (every rank) or "symmetric" (tp = dp = 0 of each stage stands for all).
-
-    ``sim.fidelity: auto`` picks symmetric when there is something to mirror (dp > 1 or
-    tp > 1) and the copies really are identical: no hung or straggling ranks, no MoE
-    routing imbalance (which makes expert ranks differ), and a preset-built cluster where
-    every server is wired alike.
-    """
-    sim, model = scenario.sim, scenario.model
-    differ = [why for why, present in (
-        ("hung or straggling ranks (sim.hangs, sim.stragglers)", sim.hangs or sim.stragglers),
-        ("slow links (sim.link_slowdowns)", sim.link_slowdowns),
-        ("MoE routing imbalance (expert ranks carry different loads)",
-         model.num_experts and model.routing_imbalance),
-        ("a custom topology (servers may be wired differently)",
-         not getattr(cluster, "uniform", False)),
-    ) if present]
-    if sim.fidelity == "symmetric" and differ:
-        raise scenario_error(
-            scenario, "sim.fidelity",
-            f"sim.fidelity: symmetric needs identical data-parallel replicas, but the "
-            f"scenario has {'; '.join(differ)}; use sim.fidelity: explicit (or auto)")
-    if sim.fidelity != "auto":
-        return sim.fidelity
-    dims = scenario.parallelism.dims(cluster.num_gpus)
-    return "symmetric" if (dims.dp > 1 or dims.tp > 1) and not differ else "explicit"
+    """"explicit", "symmetric" or "hybrid": ``sim.fidelity`` resolved (``simtrain.fidelity``)."""
+    return choose_fidelity(scenario, cluster).mode
 
 
 # Weights that never get FP8 copies: norms, embeddings and the BF16 GEMMs (workload.fp8).
@@ -244,7 +223,8 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
     return worst
 
 
-def step_breakdown(timeline: Timeline) -> dict[str, Any]:
+def step_breakdown(timeline: Timeline,
+                   weights: Mapping[int, int] | None = None) -> dict[str, Any]:
     """Exposed communication per kind and idle (bubble) time, averaged over ranks.
 
     Exposed time of a kind is its busy time during which the rank computes nothing (kinds
@@ -258,15 +238,17 @@ def step_breakdown(timeline: Timeline) -> dict[str, Any]:
     by_rank = timeline.by_rank()
     exposed: dict[str, float] = {k: 0.0 for k in COMM_KINDS}
     bubble = 0.0
-    for spans in by_rank.values():
+    for rank, spans in by_rank.items():
+        w = weights.get(rank, 1) if weights else 1
         compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
         busy = merge_intervals((s.start, s.end) for s in spans)
-        bubble += step - sum(e - s for s, e in busy)
+        bubble += w * (step - sum(e - s for s, e in busy))
         for kind in COMM_KINDS:
             comm = merge_intervals((s.start, s.end) for s in spans if s.kind == kind)
             if comm:
-                exposed[kind] += sum(e - s for s, e in comm) - overlap_length(comm, compute)
-    n = max(len(by_rank), 1)
+                exposed[kind] += w * (sum(e - s for s, e in comm)
+                                      - overlap_length(comm, compute))
+    n = max(sum(weights.get(r, 1) for r in by_rank) if weights else len(by_rank), 1)
     bubble_s = bubble / n
     return {
         "exposed_comm_by_kind": {k: v / n for k, v in exposed.items() if v > 0},
@@ -299,8 +281,9 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
             f"out of memory: {memory.describe()}; add tensor/pipeline parallelism, a higher "
             f"parallelism.zero stage, parallelism.recompute: full or a smaller "
             f"micro_batch_size, or set sim.ignore_memory: true to simulate anyway")
+    choice = choose_fidelity(scenario, cluster)
     try:
-        graph = build_graph(scenario, cluster, plan)
+        graph = build_graph(scenario, cluster, plan, choice)
     except TaskGraphError as exc:  # too many tasks, or a size the engine cannot run
         raise scenario_error(scenario, "sim.granularity", str(exc)) from None
     comm = scenario.comm.build(cluster, cluster.gpu_spec.arch)
@@ -314,12 +297,15 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
             interference=interference_model(scenario, cluster), network=sim.network,
             issue=issue_times(graph, compute.host_kernel_issue, compute.host_microbatch))
     except SimulationDeadlock as exc:  # the step up to the hang, for the report
+        if choice.weights:  # hybrid: say whom the rank counts in the diagnosis cover
+            exc.args = (f"{exc} (hybrid fidelity: counted among the {len(choice.weights)} "
+                        f"simulated ranks, which stand for all {graph.num_ranks})",)
         partial = stalled_timeline(exc, graph.num_ranks)
         exc.result = SimulationResult(scenario, cluster, graph, partial, {
-            **_summary(scenario, cluster, plan, graph, partial, memory),
+            **_summary(scenario, cluster, plan, graph, partial, memory, choice),
             "deadlock": str(exc)})
         raise
-    summary = _summary(scenario, cluster, plan, graph, timeline, memory)
+    summary = _summary(scenario, cluster, plan, graph, timeline, memory, choice)
     if sim.variability is not None:
         from simtrain.study.variability import simulate_steps
 
@@ -329,7 +315,8 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
 
 
 def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
-             timeline: Timeline, memory: MemoryReport) -> dict[str, Any]:
+             timeline: Timeline, memory: MemoryReport,
+             choice: FidelityChoice) -> dict[str, Any]:
     """The run's summary dict: metrics of ``timeline`` and the inputs that shaped it."""
     sim = scenario.sim
     recipe = scenario.training.fp8_recipe
@@ -344,8 +331,9 @@ def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
         # torchtitan do (shared/reference/measured_runs.yaml flop_conventions).
         peak_flops_per_gpu=cluster.gpu_spec.flops(
             "bf16" if recipe is not None else scenario.training.dtype),
+        weights=choice.weights,
     )
-    host = host_summary(host_seconds(timeline), timeline.end)
+    host = host_summary(host_seconds(timeline, choice.weights), timeline.end)
     summary: dict[str, Any] = {
         "scenario": scenario.name,
         "gpu": cluster.gpu_spec.name,
@@ -354,8 +342,9 @@ def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
         # and the launch-bound note of the host model.
         "notes": [*run_notes(timeline, metrics, recompute=scenario.parallelism.recompute,
                              attention_kernel=scenario.model.attention_kernel),
-                  *host.pop("notes", [])],
-        **step_breakdown(timeline),
+                  *host.pop("notes", []),
+                  *[n for n in (fidelity_note(choice, cluster.num_gpus),) if n]],
+        **step_breakdown(timeline, choice.weights),
         **host,
         "peak_memory_gib": memory.total / GIB,
         "memory_breakdown": memory.gib(),
@@ -364,7 +353,8 @@ def _summary(scenario: Scenario, cluster: Cluster, plan: Plan, graph: TaskGraph,
         "parameters": num_parameters(scenario.model),
         "micro_batches": plan.micro_batches,
         "tasks": len(graph.tasks),
-        "fidelity": "symmetric" if graph.virtual else "explicit",
+        "fidelity": choice.mode,
+        **({"fidelity_why": choice.why} if choice.why else {}),
         "network": sim.network,
     }
     if scenario.compute.tables:  # how much of the compute the measured tables supplied
@@ -394,9 +384,14 @@ def interference_model(scenario: Scenario, cluster: Cluster) -> float | Interfer
                             else scenario.training.dtype) * cfg.max_gemm_efficiency(gpu.arch))
 
 
-def host_seconds(timeline: Timeline) -> float:
-    """Mean seconds per rank the GPUs waited for the host to issue kernels."""
+def host_seconds(timeline: Timeline, weights: Mapping[int, int] | None = None) -> float:
+    """Mean seconds per rank the GPUs waited for the host to issue kernels (simulated ranks
+    weighted by the ranks they stand for when ``weights`` are given)."""
     by_rank = timeline.by_rank()
+    if weights:
+        total = sum(weights.get(r, 1) * sum(s.end - s.start for s in spans if s.kind == "host")
+                    for r, spans in by_rank.items())
+        return total / max(sum(weights.get(r, 1) for r in by_rank), 1)
     waits = [sum(s.end - s.start for s in spans if s.kind == "host")
              for spans in by_rank.values()]
     return sum(waits) / max(len(waits), 1)

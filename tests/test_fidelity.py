@@ -43,10 +43,10 @@ def test_symmetric_matches_explicit_within_1_percent(path):
     assert symmetric["tasks"] < explicit["tasks"]
 
 
-def test_faults_force_explicit():
+def test_faults_leave_symmetric_for_hybrid():
     scenario = load_scenario(ROOT / "scenarios/quickstart.yaml",
                              ["sim.stragglers={3: {delay: 1ms}}"])
-    assert fidelity(scenario, build_cluster(scenario.cluster)) == "explicit"
+    assert fidelity(scenario, build_cluster(scenario.cluster)) == "hybrid"
     summary = simulate(scenario).summary
     baseline = simulate(load_scenario(ROOT / "scenarios/quickstart.yaml")).summary
     # The straggler starts 1 ms late; everyone waits for it at the first all-reduce.

@@ -24,6 +24,7 @@ from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph, TaskGraphError
 from simtrain.engine.timeline import Timeline
 from simtrain.errors import ScenarioError
+from simtrain.fidelity import FidelityChoice
 from simtrain.hardware.topology import Cluster, build_cluster
 from simtrain.jobs.placement import fmt_gpus
 from simtrain.jobs.spec import Job, JobsScenario
@@ -193,7 +194,8 @@ def simulate_jobs(scenario: JobsScenario, *, baseline: bool = True) -> JobsResul
         job = lj.job
         own = split_timeline(timeline, job.gpus, first, len(lj.graph.tasks))
         timelines[job.name] = own
-        summary = job_summary(job.scenario, lj.view, lj.plan, lj.graph, own, lj.memory)
+        summary = job_summary(job.scenario, lj.view, lj.plan, lj.graph, own, lj.memory,
+                              FidelityChoice("explicit"))
         summary.update({"gpus": fmt_gpus(job.gpus), "placement": job.policy or "explicit"})
         if baseline:
             alone = _run(scenario, cluster, [lj], interference)[2].end

@@ -21,7 +21,7 @@ from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
 from simtrain.parallel.expert import expert_load
 from simtrain.parallel.fsdp import FSDP_REPLICATE_GROUP, FSDP_SHARD_GROUP
 from simtrain.parallel.plan import ParallelDims
-from simtrain.parallel.symmetry import Images, simulated_stage_ranks
+from simtrain.parallel.symmetry import Images, Symmetry, simulated_stage_ranks
 from simtrain.parallel.templates import Collective, Kernel
 from simtrain.workload.model import Op
 
@@ -51,7 +51,7 @@ class Emitter:
 
     def __init__(self, graph: TaskGraph, dims: ParallelDims, op_time: Callable[[Op], float],
                  *, symmetric: bool, imbalance: float = 0.0,
-                 capacity_factor: float | None = None):
+                 capacity_factor: float | None = None, symmetry: Symmetry | None = None):
         self.graph = graph
         self.dims = dims
         self.state = State()
@@ -59,11 +59,13 @@ class Emitter:
         self.capacity_factor = capacity_factor
         self._op_time = op_time
         self._times: dict[tuple[object, ...], float] = {}
-        self.stage_ranks = simulated_stage_ranks(dims, symmetric)
+        if symmetry is None and symmetric:
+            symmetry = Symmetry.symmetric(dims)
+        self.stage_ranks = simulated_stage_ranks(dims, symmetry)
         self.simulated = {r for ranks in self.stage_ranks for r in ranks}
-        if symmetric:
+        if symmetry is not None:
             graph.virtual = set(range(dims.world_size)) - self.simulated
-        self.images = Images(dims, symmetric)
+        self.images = Images(dims, symmetry)
         self._groups: dict[tuple[int, str], list[tuple[int, ...]]] = {}
         self._group_of: dict[tuple[int, str], tuple[int, ...]] = {}
 

@@ -80,7 +80,8 @@ class Lowering:
         # 1. symmetry: the emitter simulates one rank per role under symmetric fidelity.
         self.em = Emitter(graph, options.dims, op_time, symmetric=options.symmetric,
                           imbalance=options.imbalance,
-                          capacity_factor=options.capacity_factor)
+                          capacity_factor=options.capacity_factor,
+                          symmetry=options.symmetry)
         self._templates: dict[tuple[int, int, str], list[Template]] = {}
         # Two-route schedules (DualPipe): the cells holding each model part twice, and the
         # per-rank tasks their gradient sum waits for, as each copy finishes.

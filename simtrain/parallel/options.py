@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simtrain.parallel.plan import PARAM_GATHER_NEEDS_ZERO, TP_OVERLAP_NEEDS_SP, ParallelDims
+from simtrain.parallel.symmetry import Symmetry
 from simtrain.training import DTYPE_BYTES
 from simtrain.workload.optimizer import OptimizerStep
 
@@ -40,6 +41,9 @@ class LowerOptions:
     # Symmetric fidelity: emit only data-parallel replica 0; the other replicas mirror it
     # (virtual ranks), and their copies of its collectives load the network as weights.
     symmetric: bool = False
+    # Symmetric or hybrid fidelity spelled out: which ranks are simulated and whom the
+    # others mirror (``symmetry.py``; overrides ``symmetric``).
+    symmetry: Symmetry | None = None
     # Megatron-Core --tp-comm-overlap: TP all-gather/reduce-scatter pipelined with GEMMs.
     tp_comm_overlap: bool = False
     # Megatron --overlap-param-gather: ZeRO-1/2 parameter all-gathers during the forward.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from simtrain.engine.timeline import (
@@ -41,19 +42,27 @@ def summarize(
     tokens_per_step: int,
     model_flops_per_step: float,
     peak_flops_per_gpu: float,
+    weights: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
     """The run's summary dict (the JSON the CLI prints); times in seconds, rates per second.
 
     MFU = model FLOPs per step / (step time x GPUs x dense peak) with the model-FLOP
     convention of ``model_flops_per_step``; HFU counts the FLOPs the simulated kernels did.
-    Per-rank times are averaged over ranks.
+    Per-rank times are averaged over ranks; ``weights`` (hybrid fidelity) counts each
+    simulated rank for the ranks it stands for.
     """
     step = timeline.end
     per_rank = rank_breakdown(timeline)
-    n = max(len(per_rank), 1)
+    if weights:
+        n = max(sum(weights.get(r, 1) for r in per_rank), 1)
 
-    def mean(key: str) -> float:
-        return sum(r[key] for r in per_rank.values()) / n
+        def mean(key: str) -> float:
+            return sum(weights.get(r, 1) * v[key] for r, v in per_rank.items()) / n
+    else:
+        n = max(len(per_rank), 1)
+
+        def mean(key: str) -> float:
+            return sum(r[key] for r in per_rank.values()) / n
 
     # Mean over the simulated ranks times every GPU: with symmetric fidelity the timeline
     # holds one data-parallel replica standing for all of them.

@@ -109,9 +109,8 @@ METRICS: tuple[Metric, ...] = (
 BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 # Summary entries that are not one number: names, nested breakdowns, run facts.
 DETAIL_KEYS = ("scenario", "gpu", "exposed_comm_by_kind", "memory_breakdown", "parallelism",
-               "launch_bound",
-               "fidelity", "network", "notes", "measured_compute", "report", "trace",
-               "variability")
+               "launch_bound", "fidelity", "fidelity_why",
+               "network", "notes", "measured_compute", "report", "trace", "variability")
 
 
 def shown_in(where: Where) -> tuple[Metric, ...]:
