@@ -257,16 +257,15 @@ def step_breakdown(timeline: Timeline,
     }
 
 
-def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationResult:
-    """Simulate one training step of ``scenario`` (a Scenario, a YAML path or a dict).
+OOM_HINT = ("add tensor/pipeline parallelism, a higher parallelism.zero stage, "
+            "parallelism.recompute: full or a smaller micro_batch_size")
 
-    Raises ScenarioError when the plan does not fit in GPU memory, unless
-    ``sim.ignore_memory`` is set.
-    """
-    if not isinstance(scenario, Scenario):
-        scenario = load_scenario(scenario)
-    cluster = build_cluster(scenario.cluster).with_link_slowdowns(
-        [(s.between, s.slowdown) for s in scenario.sim.link_slowdowns])
+
+def lower_checked(scenario: Scenario, cluster: Cluster, choice: FidelityChoice, oom_hint: str
+                  ) -> tuple[Plan, MemoryReport, TaskGraph]:
+    """Plan, check FP8 support and memory, and lower ``scenario`` on ``cluster``; each
+    refusal a ScenarioError naming its field (``oom_hint``: what to change when it does
+    not fit, before the ``sim.ignore_memory`` escape)."""
     recipe = scenario.training.fp8_recipe
     if recipe is not None:
         try:
@@ -278,14 +277,27 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationR
     if not memory.fits() and not scenario.sim.ignore_memory:
         raise scenario_error(
             scenario, "parallelism",
-            f"out of memory: {memory.describe()}; add tensor/pipeline parallelism, a higher "
-            f"parallelism.zero stage, parallelism.recompute: full or a smaller "
-            f"micro_batch_size, or set sim.ignore_memory: true to simulate anyway")
-    choice = choose_fidelity(scenario, cluster)
+            f"out of memory: {memory.describe()}; {oom_hint}, or set sim.ignore_memory: "
+            f"true to simulate anyway")
     try:
         graph = build_graph(scenario, cluster, plan, choice)
     except TaskGraphError as exc:  # too many tasks, or a size the engine cannot run
         raise scenario_error(scenario, "sim.granularity", str(exc)) from None
+    return plan, memory, graph
+
+
+def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationResult:
+    """Simulate one training step of ``scenario`` (a Scenario, a YAML path or a dict).
+
+    Raises ScenarioError when the plan does not fit in GPU memory, unless
+    ``sim.ignore_memory`` is set.
+    """
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
+    cluster = build_cluster(scenario.cluster).with_link_slowdowns(
+        [(s.between, s.slowdown) for s in scenario.sim.link_slowdowns])
+    choice = choose_fidelity(scenario, cluster)
+    plan, memory, graph = lower_checked(scenario, cluster, choice, OOM_HINT)
     comm = scenario.comm.build(cluster, cluster.gpu_spec.arch)
     sim = scenario.sim
     compute = scenario.compute

@@ -29,9 +29,8 @@ from simtrain.hardware.topology import Cluster, build_cluster
 from simtrain.jobs.placement import fmt_gpus
 from simtrain.jobs.spec import Job, JobsScenario
 from simtrain.scenario import scenario_error
-from simtrain.simulate import Plan, build_graph, build_plan, interference_model, memory_report
+from simtrain.simulate import Plan, interference_model, lower_checked
 from simtrain.simulate import _summary as job_summary
-from simtrain.workload.fp8 import check_fp8
 from simtrain.workload.host import issue_times
 from simtrain.workload.interference import Interference
 from simtrain.workload.memory import MemoryReport
@@ -78,22 +77,8 @@ def lower_job(job: Job) -> LoweredJob:
     """Plan, check memory and lower one job on a cluster of its own size."""
     scenario = job.scenario
     view = build_cluster(scenario.cluster)
-    recipe = scenario.training.fp8_recipe
-    if recipe is not None:
-        try:
-            check_fp8(view.gpu_spec.arch, view.gpu_spec.name, recipe)
-        except ValueError as err:
-            raise scenario_error(scenario, "training.dtype", str(err)) from None
-    plan = build_plan(scenario, view)
-    memory = memory_report(scenario, view, plan)
-    if not memory.fits() and not scenario.sim.ignore_memory:
-        raise scenario_error(scenario, "parallelism", f"out of memory: {memory.describe()}; "
-                             "change the job's parallelism or micro_batch_size, or set "
-                             "sim.ignore_memory: true to simulate anyway")
-    try:
-        graph = build_graph(scenario, view, plan)
-    except TaskGraphError as exc:
-        raise scenario_error(scenario, "sim.granularity", str(exc)) from None
+    plan, memory, graph = lower_checked(scenario, view, FidelityChoice("explicit"),
+                                        "change the job's parallelism or micro_batch_size")
     return LoweredJob(job, view, plan, memory, graph)
 
 
