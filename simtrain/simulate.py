@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.engine.sim import SimulationDeadlock, execute, stalled_timeline
+from simtrain.engine.spantable import length, overlap
 from simtrain.engine.taskgraph import TaskGraph, TaskGraphError
 from simtrain.engine.timeline import (
     COMM_KINDS,
     COMPUTE_KINDS,
     Timeline,
-    merge_intervals,
-    overlap_length,
 )
 from simtrain.hardware.topology import Cluster, build_cluster
 from simtrain.parallel.lower import Lowering, LowerOptions
@@ -218,17 +217,19 @@ def step_breakdown(timeline: Timeline) -> dict[str, Any]:
     bubble and does not lengthen the step.
     """
     step = timeline.end
-    by_rank = timeline.by_rank()
+    table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
+    by_rank = table.by_rank()
     exposed: dict[str, float] = {k: 0.0 for k in COMM_KINDS}
     bubble = 0.0
-    for spans in by_rank.values():
-        compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
-        busy = merge_intervals((s.start, s.end) for s in spans)
-        bubble += step - sum(e - s for s, e in busy)
+    is_compute = table.mask(COMPUTE_KINDS)
+    of_kind = {kind: table.mask((kind,)) for kind in COMM_KINDS}
+    for rows in by_rank.values():
+        compute = table.merged(rows[is_compute[rows]])
+        bubble += step - length(table.merged(rows))
         for kind in COMM_KINDS:
-            comm = merge_intervals((s.start, s.end) for s in spans if s.kind == kind)
-            if comm:
-                exposed[kind] += sum(e - s for s, e in comm) - overlap_length(comm, compute)
+            comm = table.merged(rows[of_kind[kind][rows]])
+            if len(comm[0]):
+                exposed[kind] += length(comm) - overlap(comm, compute)
     n = max(len(by_rank), 1)
     bubble_s = bubble / n
     return {
@@ -353,9 +354,10 @@ def interference_model(scenario: Scenario, cluster: Cluster) -> float | Interfer
 
 def host_seconds(timeline: Timeline) -> float:
     """Mean seconds per rank the GPUs waited for the host to issue kernels."""
-    by_rank = timeline.by_rank()
-    waits = [sum(s.end - s.start for s in spans if s.kind == "host")
-             for spans in by_rank.values()]
+    table = timeline.columns()
+    is_host = table.mask(("host",))
+    waits = [sum((table.end[r] - table.start[r]).tolist())
+             for rows in table.by_rank().values() for r in [rows[is_host[rows]]]]
     return sum(waits) / max(len(waits), 1)
 
 
