@@ -334,6 +334,7 @@ class Executor:
         env = self.env
         assert task.comm is not None
         start = env.now
+        self._group_deps.pop(task.id, None)  # every member has arrived: no longer asked
         spec = task.comm
         call = Call(spec.op, task.ranks, spec.nbytes, spec.splits)
         if self.analytic:
@@ -354,9 +355,8 @@ class Executor:
         for rank in task.ranks:
             if rank not in arrived:
                 continue  # a virtual member: mirrored, not recorded
-            waited = start - arrived[rank]
-            span_meta = {**meta, "waited_s": waited} if waited > 0 else meta
-            self.timeline.record_comm(rank, start, end, task.id, span_meta)
+            self.timeline.record_comm(rank, start, end, task.id, meta, start - arrived[rank])
+        del self.arrivals[task.id]  # kept only while members wait (hang diagnosis)
         self._finished(task.id, env.now)
 
     def _flows(self, task: Task, plan: Lowered) -> Generator[Any, Any, None]:

@@ -107,7 +107,10 @@ class Timeline:
         self._start = array("d")
         self._end = array("d")
         self._ref = array("q")
-        self._extra: dict[int, Any] = {}  # row -> meta (comm span) or Span (free form)
+        self._extra: dict[int, Any] = {}  # row -> Span (free form)
+        self._comm_meta: dict[int, dict[str, Any]] = {}  # comm task -> its spans' meta
+        self._comm_rows = array("q")  # rows of comm spans, and how long each member waited
+        self._comm_waited = array("d")
         self._spans: list[Span] | None = None
         self._flow_cols: tuple[array, array, array, list[tuple[int, ...]], array] = (
             array("d"), array("d"), array("d"), [], array("q"))
@@ -131,9 +134,14 @@ class Timeline:
         self._row(rank, start, end, task * 4 + HOST_SPAN, None)
 
     def record_comm(self, rank: int, start: float, end: float, task: int,
-                    meta: dict[str, Any]) -> None:
-        """Append communication task ``task``'s span on ``rank`` with its own ``meta``."""
-        self._row(rank, start, end, task * 4 + COMM_SPAN, meta)
+                    meta: dict[str, Any], waited: float = 0.0) -> None:
+        """Append communication task ``task``'s span on ``rank``: ``meta`` is the task's
+        (shared by its members, kept once), ``waited`` the seconds this member waited for
+        the others (in the span's meta as "waited_s" when > 0)."""
+        self._comm_meta.setdefault(task, meta)
+        self._comm_rows.append(len(self._rank))
+        self._comm_waited.append(waited)
+        self._row(rank, start, end, task * 4 + COMM_SPAN, None)
 
     def appenders(self) -> tuple[Any, Any, Any, Any]:
         """The engine's fast path: the ``append`` of the rank, start, end and ref columns
@@ -176,6 +184,9 @@ class Timeline:
         where = np.empty(len(order), dtype=np.int64)
         where[order] = np.arange(len(order))
         self._extra = {int(where[i]): v for i, v in self._extra.items()}
+        if len(self._comm_rows):
+            rows = where[np.frombuffer(self._comm_rows, dtype=np.int64)]
+            self._comm_rows = array("q", rows.tobytes())
         self._spans = self._table = None
 
     # -- reading ---------------------------------------------------------------------
@@ -183,10 +194,12 @@ class Timeline:
     def spans(self) -> list[Span]:
         """Every span as an object, in timeline order (built once, then cached)."""
         if self._spans is None:
-            self._spans = [self._span(i) for i in range(len(self._rank))]
+            waited = {row: w for row, w in zip(self._comm_rows, self._comm_waited, strict=True)
+                      if w > 0}
+            self._spans = [self._span(i, waited) for i in range(len(self._rank))]
         return self._spans
 
-    def _span(self, i: int) -> Span:
+    def _span(self, i: int, waited: dict[int, float]) -> Span:
         ref = self._ref[i]
         form = ref & 3
         if form == FREE_SPAN:
@@ -201,8 +214,10 @@ class Timeline:
         if form == HOST_SPAN:
             return Span(rank, t.stream, "host", f"host issue {t.name}", start, end, 0.0, 0.0,
                         {}, t.id)
-        return Span(rank, t.stream, t.kind, t.name, start, end, t.bytes, 0.0, self._extra[i],
-                    t.id)
+        meta = self._comm_meta[t.id]
+        if i in waited:
+            meta = {**meta, "waited_s": waited[i]}
+        return Span(rank, t.stream, t.kind, t.name, start, end, t.bytes, 0.0, meta, t.id)
 
     @property
     def flows(self) -> list[FlowRecord]:
