@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.engine.sim import SimulationDeadlock, execute, stalled_timeline
+from simtrain.engine.spantable import length, overlap
 from simtrain.engine.taskgraph import TaskGraph, TaskGraphError
 from simtrain.engine.timeline import (
     COMM_KINDS,
     COMPUTE_KINDS,
     Timeline,
-    merge_intervals,
-    overlap_length,
 )
 from simtrain.fidelity import FidelityChoice, choose_fidelity, fidelity_note
 from simtrain.hardware.topology import Cluster, build_cluster
@@ -235,19 +234,20 @@ def step_breakdown(timeline: Timeline,
     bubble and does not lengthen the step.
     """
     step = timeline.end
-    by_rank = timeline.by_rank()
+    table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
+    by_rank = table.by_rank()
     exposed: dict[str, float] = {k: 0.0 for k in COMM_KINDS}
     bubble = 0.0
-    for rank, spans in by_rank.items():
+    is_compute = table.mask(COMPUTE_KINDS)
+    of_kind = {kind: table.mask((kind,)) for kind in COMM_KINDS}
+    for rank, rows in by_rank.items():
         w = weights.get(rank, 1) if weights else 1
-        compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
-        busy = merge_intervals((s.start, s.end) for s in spans)
-        bubble += w * (step - sum(e - s for s, e in busy))
+        compute = table.merged(rows[is_compute[rows]])
+        bubble += w * (step - length(table.merged(rows)))
         for kind in COMM_KINDS:
-            comm = merge_intervals((s.start, s.end) for s in spans if s.kind == kind)
-            if comm:
-                exposed[kind] += w * (sum(e - s for s, e in comm)
-                                      - overlap_length(comm, compute))
+            comm = table.merged(rows[of_kind[kind][rows]])
+            if len(comm[0]):
+                exposed[kind] += w * (length(comm) - overlap(comm, compute))
     n = max(sum(weights.get(r, 1) for r in by_rank) if weights else len(by_rank), 1)
     bubble_s = bubble / n
     return {
@@ -399,14 +399,14 @@ def interference_model(scenario: Scenario, cluster: Cluster) -> float | Interfer
 def host_seconds(timeline: Timeline, weights: Mapping[int, int] | None = None) -> float:
     """Mean seconds per rank the GPUs waited for the host to issue kernels (simulated ranks
     weighted by the ranks they stand for when ``weights`` are given)."""
-    by_rank = timeline.by_rank()
+    table = timeline.columns()
+    is_host = table.mask(("host",))
+    waits = {rank: sum((table.end[r] - table.start[r]).tolist())
+             for rank, rows in table.by_rank().items() for r in [rows[is_host[rows]]]}
     if weights:
-        total = sum(weights.get(r, 1) * sum(s.end - s.start for s in spans if s.kind == "host")
-                    for r, spans in by_rank.items())
-        return total / max(sum(weights.get(r, 1) for r in by_rank), 1)
-    waits = [sum(s.end - s.start for s in spans if s.kind == "host")
-             for spans in by_rank.values()]
-    return sum(waits) / max(len(waits), 1)
+        total = sum(weights.get(rank, 1) * w for rank, w in waits.items())
+        return total / max(sum(weights.get(rank, 1) for rank in waits), 1)
+    return sum(waits.values()) / max(len(waits), 1)
 
 
 def micro_batches(scenario: Scenario, cluster: Cluster) -> int:

@@ -12,6 +12,7 @@ never as a silent end.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -19,10 +20,17 @@ import simpy
 
 from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel, Lowered
-from simtrain.engine.network import Endpoint, Fabric, FlowNetwork, anchor, couple, relocate
+from simtrain.engine.contention import Clock, ComputeSharing
+from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
+from simtrain.engine.network import FlowNetwork
+from simtrain.engine.sharing import couple
 from simtrain.engine.taskgraph import Task, TaskGraph
-from simtrain.engine.timeline import FlowRecord, Span, SpanKind, Timeline
-from simtrain.engine.waits import diagnose
+from simtrain.engine.timeline import HOST_SPAN, TASK_SPAN, Timeline
+from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
+    SimulationDeadlock,
+    diagnose,
+    stalled_timeline,
+)
 
 
 class InterferenceModel(Protocol):
@@ -34,39 +42,6 @@ class InterferenceModel(Protocol):
 
     def rate(self, flops: float, duration: float, sm_share: float,
              hbm_share: float) -> float: ...
-
-
-class SimulationDeadlock(RuntimeError):
-    """The simulation ended with tasks that can never run; the message says who waits for whom.
-
-    ``timeline`` holds the spans that ran before the hang, ``blocked`` each blocked rank's
-    wait (rank -> (since when, what it waits in)) and ``at`` the time the step stalled, so
-    a report can still show the step up to the hang.
-    """
-
-    def __init__(self, message: str, *, timeline: Timeline | None = None,
-                 blocked: Mapping[int, tuple[float, str, str]] | None = None,
-                 at: float = 0.0) -> None:
-        super().__init__(message)
-        self.timeline = timeline
-        self.blocked = dict(blocked or {})
-        self.at = at
-        self.result: Any = None  # simulate() attaches the partial SimulationResult
-
-
-def stalled_timeline(exc: SimulationDeadlock, num_ranks: int) -> Timeline:
-    """The spans run before a deadlock, plus one span per blocked rank from when it last
-    worked to the stall: kind "hung" for a rank that stopped, "blocked" for its victims
-    (named after what they wait for), so a Gantt chart shows who stopped and who waits."""
-    timeline = Timeline(num_ranks=num_ranks)
-    if exc.timeline is not None:
-        timeline.spans.extend(exc.timeline.spans)
-        timeline.flows.extend(exc.timeline.flows)
-    for rank, (since, stream, what) in sorted(exc.blocked.items()):
-        kind = SpanKind.HUNG if what.startswith("stopped") else SpanKind.BLOCKED
-        timeline.add(Span(rank, stream, kind, what, since, max(exc.at, since), 0.0, 0.0,
-                          {"deadlock": True}, -1))
-    return timeline
 
 
 class Executor:
@@ -117,37 +92,62 @@ class Executor:
         # "flow": collectives move flows that share links (contention). "analytic": each
         # collective takes its idle-network time, still waiting for all members.
         self.analytic = network == "analytic"
-        self._comm_active: dict[int, list[float]] = {}  # rank -> [count, SM, HBM share]
-        self._comm_change: dict[int, simpy.Event] = {}
-        self.env = simpy.Environment()
+        self.env = Clock()
+        self.sharing = ComputeSharing(self.env, self._rate)
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
-        self.done = [self.env.event() for _ in graph.tasks]
+        # When each task ended (inf: not yet known). Without interference a stream runs its
+        # ready chain of compute tasks ahead (``_chain``), so a finish may lie in the future.
+        self.finish = array("d", [math.inf]) * len(graph.tasks)
+        # Events for tasks someone waits for, made on demand (most tasks have none).
+        self._waiters: dict[int, simpy.Event] = {}
         self.arrivals: dict[int, dict[int, float]] = {}
         self._group_deps: dict[int, dict[int, list[int]]] = {}
         self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.position: dict[tuple[int, str], Task | None] = {}
         self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
         self.blocked: dict[int, tuple[float, str, str]] = {}
-        self.timeline = Timeline(num_ranks=graph.num_ranks)
+        self.timeline = Timeline(num_ranks=graph.num_ranks, tasks=graph.tasks)
+        self.rows = self.timeline.appenders()
 
     def run(self) -> Timeline:
         for (rank, stream), tasks in self.graph.streams().items():
             self.position[(rank, stream)] = None
             self.env.process(self._stream(rank, stream, tasks))
         self.env.run()
-        stuck = [t for t, ev in zip(self.graph.tasks, self.done, strict=True) if not ev.triggered]
-        if stuck:
+        if any(math.isinf(t) for t in self.finish):
             raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
                                      blocked=self.blocked, at=self.env.now)
         # SimPy numbers every scheduled event from one counter; reading it once here keeps
         # the count off the per-event path.
         self.timeline.events = next(self.env._eid)
+        self.timeline.sort_by_end()
         return self.timeline
 
-    def _relevant_deps(self, task: Task, rank: int) -> list[simpy.Event]:
-        """Dependencies ``rank`` must see before it can reach ``task`` (not yet done)."""
-        done = self.done
-        return [done[d] for d in self._dep_ids(task, rank) if not done[d].triggered]
+    def is_done(self, task_id: int) -> bool:
+        """Whether ``task_id`` has ended by now."""
+        return self.finish[task_id] <= self.env.now
+
+    def _finished(self, task_id: int, when: float) -> None:
+        """``task_id`` ends at ``when`` (now, or later for a chain run ahead)."""
+        self.finish[task_id] = when
+        waiter = self._waiters.pop(task_id, None)
+        if waiter is not None:
+            self.env.at(when, waiter)
+
+    def _waiter(self, task_id: int) -> simpy.Event:
+        """An event that fires when ``task_id`` ends."""
+        when = self.finish[task_id]
+        if not math.isinf(when):
+            return self.env.at(max(when, self.env.now))
+        waiter = self._waiters.get(task_id)
+        if waiter is None:
+            waiter = self._waiters[task_id] = self.env.event()
+        return waiter
+
+    def _pending(self, task: Task, rank: int) -> list[int]:
+        """Dependencies ``rank`` must see before it can reach ``task``, not yet ended."""
+        finish, now = self.finish, self.env.now
+        return [d for d in self._dep_ids(task, rank) if not finish[d] <= now]
 
     def _dep_ids(self, task: Task, rank: int) -> Sequence[int]:
         """Ids of the dependencies ``rank`` waits for before it reaches ``task``.
@@ -179,46 +179,101 @@ class Executor:
         env = self.env
         hang_at = self.hangs.get(rank)
         slowdown = self.slowdowns.get(rank, 1.0)
+        # Without interference or a hang nothing another process does can change how long
+        # this stream's compute takes once it may start: run the ready chain ahead.
+        ahead = hang_at is None and not self.interferes
         if self.delays.get(rank, 0.0) > 0:
             yield env.timeout(self.delays[rank])  # a straggler starts its step late
-        for task in tasks:
+        i, n = 0, len(tasks)
+        while i < n:
+            if ahead:
+                i, until = self._chain(rank, stream, tasks, i, slowdown)
+                if until > env.now:
+                    yield env.at(until)
+                if i == n:
+                    break
+            task = tasks[i]
             self.position[(rank, stream)] = task
-            pending = self._relevant_deps(task, rank)
+            pending = self._pending(task, rank)
             if len(pending) == 1:
-                yield pending[0]  # the common case: no AllOf condition event to build
+                yield self._waiter(pending[0])  # the common case: no AllOf to build
             elif pending:
-                yield env.all_of(pending)
+                yield env.all_of([self._waiter(d) for d in pending])
             if hang_at is not None and env.now >= hang_at:
                 self.stopped[(rank, stream)] = env.now
                 return  # a hung process issues nothing more, as with a dead NCCL rank
+            if ahead and task.comm is None:
+                continue  # its dependencies have ended: the chain runs it
             issued = self.issue.get((task.id, rank))
             if issued is not None and issued[0] > env.now:
                 yield from self._wait_host(rank, stream, task, issued[0])
             if task.comm is None:
                 start = env.now
                 if task.duration > 0:
+                    work = task.duration * slowdown
                     if self.interferes:
-                        yield from self._compute_with_interference(
-                            rank, task.duration * slowdown, task.flops)
+                        yield self.sharing.run(rank, work, task.flops)
                     else:
-                        yield env.timeout(task.duration * slowdown)
-                self.timeline.add(
-                    Span(rank, stream, task.kind, task.name, start, env.now, task.bytes,
-                         task.flops, task.meta, task.id)
-                )
+                        yield env.timeout(work)
+                self.timeline.record(rank, start, env.now, task.id)
                 if issued is not None:
                     # The last kernel can end no earlier than its issue plus its own share.
                     tail = issued[1] + task.duration * slowdown / task.meta.get("kernels", 1)
                     if tail > env.now:
                         yield from self._wait_host(rank, stream, task, tail)
-                self.done[task.id].succeed()
+                self._finished(task.id, env.now)
             else:
                 arrived = self.arrivals.setdefault(task.id, {})
                 arrived[rank] = env.now
                 if len(arrived) == self._members(task):
                     env.process(self._communicate(task, arrived))
-                yield self.done[task.id]
+                yield self._waiter(task.id)
+            i += 1
         self.position[(rank, stream)] = None
+
+    def _chain(self, rank: int, stream: str, tasks: list[Task], i: int,
+               slowdown: float) -> tuple[int, float]:
+        """Run ``tasks[i:]`` ahead while each is compute whose dependencies have a known end:
+        record their spans and ends without a process switch per task, with the same float
+        steps SimPy would take (``now + delay``). Returns the first task not run and the time
+        the stream reaches it."""
+        now = self.env.now
+        finish, issue, waiters, at = self.finish, self.issue, self._waiters, self.env.at
+        add_rank, add_start, add_end, add_ref = self.rows
+        n = len(tasks)
+        while i < n:
+            task = tasks[i]
+            if task.comm is not None:
+                break
+            ready = now
+            for d in task.deps:  # a compute task has one rank: all its deps are its own
+                end = finish[d]
+                if end > ready:
+                    ready = end
+            if ready == math.inf:
+                break
+            now = ready
+            tid = task.id
+            issued = issue.get((tid, rank)) if issue else None
+            if issued is not None and issued[0] > now:
+                began, now = now, now + (issued[0] - now)
+                add_rank(rank), add_start(began), add_end(now), add_ref(tid * 4 + HOST_SPAN)
+            start = now
+            if task.duration > 0:
+                now = now + task.duration * slowdown
+            add_rank(rank), add_start(start), add_end(now), add_ref(tid * 4 + TASK_SPAN)
+            if issued is not None:
+                tail = issued[1] + task.duration * slowdown / task.meta.get("kernels", 1)
+                if tail > now:
+                    began, now = now, now + (tail - now)
+                    add_rank(rank), add_start(began), add_end(now), add_ref(tid * 4 + HOST_SPAN)
+            finish[tid] = now  # as _finished, inline: this loop runs once per task
+            if waiters:
+                waiter = waiters.pop(tid, None)
+                if waiter is not None:
+                    at(now, waiter)
+            i += 1
+        return i, now
 
     def _members(self, task: Task) -> int:
         """How many ranks must arrive at ``task``: its simulated members."""
@@ -253,45 +308,20 @@ class Executor:
         """The GPU waits for the host to issue ``task``'s kernels: a "host" span."""
         start = self.env.now
         yield self.env.timeout(until - start)
-        self.timeline.add(Span(rank, stream, "host", f"host issue {task.name}", start,
-                               self.env.now, 0.0, 0.0, {}, task.id))
+        self.timeline.record_host(rank, start, self.env.now, task.id)
 
-    def _rate(self, rank: int, work: float, flops: float) -> float:
-        active = self._comm_active.get(rank)
-        if not active or active[0] <= 0:
+    def _rate(self, work: float, flops: float, load: list[float] | None) -> float:
+        """Compute progress rate under a rank's collective load (see ComputeSharing)."""
+        if not load or load[0] <= 0:
             return 1.0
         if self.model is None:
             return 1.0 / (1.0 + self.fixed)
-        return self.model.rate(flops, work, active[1], active[2])
-
-    def _compute_with_interference(self, rank: int, work: float,
-                                   flops: float) -> Generator[Any, Any, None]:
-        """Run ``work`` seconds of compute, slowed while the rank's collectives run (NCCL
-        kernels take SMs and HBM bandwidth from the GEMMs): a fixed 1 + interference, or
-        the interference model's rate under the SM and HBM shares the collectives hold."""
-        env = self.env
-        remaining = work
-        while remaining > work * 1e-12:
-            rate = self._rate(rank, work, flops)
-            change = self._comm_change.setdefault(rank, env.event())
-            began = env.now
-            yield env.any_of([env.timeout(remaining / rate), change])
-            if env.now == began and not change.triggered:
-                break  # what is left is below the clock's resolution at this time: done
-            remaining -= (env.now - began) * rate
+        return self.model.rate(flops, work, load[1], load[2])
 
     def _comm_state(self, ranks: tuple[int, ...], delta: int,
                     load: tuple[float, float] = (0.0, 0.0)) -> None:
-        if not self.interferes:
-            return
-        for rank in ranks:
-            active = self._comm_active.setdefault(rank, [0.0, 0.0, 0.0])
-            active[0] += delta
-            active[1] += delta * load[0]
-            active[2] += delta * load[1]
-            change = self._comm_change.pop(rank, None)
-            if change is not None:
-                change.succeed()
+        if self.interferes:
+            self.sharing.change(ranks, delta, load)
 
     def _load(self, call: Call, algorithm: str, protocol: str,
               seconds: float) -> tuple[float, float]:
@@ -304,6 +334,7 @@ class Executor:
         env = self.env
         assert task.comm is not None
         start = env.now
+        self._group_deps.pop(task.id, None)  # every member has arrived: no longer asked
         spec = task.comm
         call = Call(spec.op, task.ranks, spec.nbytes, spec.splits)
         if self.analytic:
@@ -324,13 +355,9 @@ class Executor:
         for rank in task.ranks:
             if rank not in arrived:
                 continue  # a virtual member: mirrored, not recorded
-            waited = start - arrived[rank]
-            span_meta = {**meta, "waited_s": waited} if waited > 0 else meta
-            self.timeline.add(
-                Span(rank, task.stream, task.kind, task.name, start, end, task.bytes, 0.0,
-                     span_meta, task.id)
-            )
-        self.done[task.id].succeed()
+            self.timeline.record_comm(rank, start, end, task.id, meta, start - arrived[rank])
+        del self.arrivals[task.id]  # kept only while members wait (hang diagnosis)
+        self._finished(task.id, env.now)
 
     def _flows(self, task: Task, plan: Lowered) -> Generator[Any, Any, None]:
         """Run ``plan``'s phases as flows on the network, recording each flow."""
@@ -355,10 +382,8 @@ class Executor:
                         finish[i] = end
             else:
                 finish = yield self.network.transfer_all(routes, cap, weights)
-            self.timeline.flows.extend(
-                FlowRecord(began, end, nbytes, path, task.id)
-                for (path, nbytes), end in zip(routes, finish, strict=True) if path
-            )
+            self.timeline.record_flows(began, finish, [nb for _, nb in routes],
+                                       [path for path, _ in routes], task.id)
 
     def _diagnose(self) -> str:
         """Name the ranks that stopped issuing work first, then the chain of waits behind."""

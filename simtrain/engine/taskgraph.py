@@ -114,20 +114,19 @@ class TaskGraph:
         if not (math.isfinite(flops) and math.isfinite(nbytes)):
             raise TaskGraphError(f"task {name!r} has non-finite FLOPs or bytes "
                                  f"({flops}, {nbytes})")
-        return self._add(
-            Task(
-                id=len(self.tasks),
-                kind=kind,
-                name=name,
-                ranks=(rank,),
-                stream=stream,
-                duration=duration,
-                flops=flops,
-                bytes=nbytes,
-                deps=tuple(deps),
-                meta=dict(meta or {}),
-            )
-        )
+        # The checks of _add for one rank, inline: a large graph adds millions of these.
+        tasks = self.tasks
+        tid = len(tasks)
+        if tid >= MAX_TASKS or not 0 <= rank < self.num_ranks:
+            return self._add(Task(tid, kind, name, (rank,), stream, duration, flops, nbytes,
+                                  tuple(deps), None, dict(meta or {})))  # raises the error
+        deps = tuple(deps)
+        if deps and not (0 <= min(deps) and max(deps) < tid):
+            return self._add(Task(tid, kind, name, (rank,), stream, duration, flops, nbytes,
+                                  deps, None, dict(meta or {})))  # raises the error
+        tasks.append(Task(tid, kind, name, (rank,), stream, duration, flops, nbytes, deps,
+                          None, dict(meta) if meta else {}))
+        return tid
 
     def collective(
         self,

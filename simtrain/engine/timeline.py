@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simtrain.engine.spantable import SpanTable
 
 
 class SpanKind(StrEnum):
@@ -76,32 +82,180 @@ class FlowRecord:
     task: int = -1
 
 
-@dataclass
+# How a span row reads its fields (see Timeline): row ref = task id * 4 + form.
+TASK_SPAN, HOST_SPAN, COMM_SPAN, FREE_SPAN = 0, 1, 2, 3
+
+
 class Timeline:
     """All spans of one simulated step, in the order they finished (deterministic).
 
-    ``flows`` lists every network flow (for link utilisation); ``links`` may hold the
-    fabric's link objects so reports can name them.
+    ``flows`` lists every network flow (for link utilisation). Spans are held as columns
+    (rank, start, end, ref = task id x 4 + form), not objects: a span the engine records
+    for a task reads its stream, kind, name, bytes, FLOPs and meta from the task graph's
+    ``tasks`` (a comm span keeps its own meta, a host-issue span is named after its task).
+    ``spans`` builds the ``Span`` objects on first use and keeps them until the next span
+    is added; ``columns`` answers the metrics without building any.
     """
 
-    num_ranks: int
-    spans: list[Span] = field(default_factory=list)
-    flows: list[FlowRecord] = field(default_factory=list)
-    events: int = 0  # SimPy events the engine processed (for benchmarks)
+    def __init__(self, num_ranks: int, spans: Iterable[Span] = (),
+                 flows: Iterable[FlowRecord] = (), events: int = 0,
+                 tasks: Sequence[Any] | None = None) -> None:
+        self.num_ranks = num_ranks
+        self.events = events  # SimPy events the engine processed (for benchmarks)
+        self.tasks = tasks  # the graph's tasks the engine's spans refer to
+        self._rank = array("q")
+        self._start = array("d")
+        self._end = array("d")
+        self._ref = array("q")
+        self._extra: dict[int, Any] = {}  # row -> Span (free form)
+        self._comm_meta: dict[int, dict[str, Any]] = {}  # comm task -> its spans' meta
+        self._comm_rows = array("q")  # rows of comm spans, and how long each member waited
+        self._comm_waited = array("d")
+        self._spans: list[Span] | None = None
+        self._flow_cols: tuple[array, array, array, list[tuple[int, ...]], array] = (
+            array("d"), array("d"), array("d"), [], array("q"))
+        self._flows: list[FlowRecord] = list(flows)
+        self._table: Any = None  # SpanTable cache
+        self._flows_read = 0  # engine flow rows already moved into ``_flows``
+        for span in spans:
+            self.add(span)
 
+    # -- recording -------------------------------------------------------------------
     def add(self, span: Span) -> None:
-        self.spans.append(span)
+        """Append a span given as an object."""
+        self._row(span.rank, span.start, span.end, span.task * 4 + FREE_SPAN, span)
+
+    def record(self, rank: int, start: float, end: float, task: int) -> None:
+        """Append the span of graph task ``task`` on ``rank`` (fields from the task)."""
+        self._row(rank, start, end, task * 4 + TASK_SPAN, None)
+
+    def record_host(self, rank: int, start: float, end: float, task: int) -> None:
+        """Append a span of ``rank`` waiting for the host to issue task ``task``."""
+        self._row(rank, start, end, task * 4 + HOST_SPAN, None)
+
+    def record_comm(self, rank: int, start: float, end: float, task: int,
+                    meta: dict[str, Any], waited: float = 0.0) -> None:
+        """Append communication task ``task``'s span on ``rank``: ``meta`` is the task's
+        (shared by its members, kept once), ``waited`` the seconds this member waited for
+        the others (in the span's meta as "waited_s" when > 0)."""
+        self._comm_meta.setdefault(task, meta)
+        self._comm_rows.append(len(self._rank))
+        self._comm_waited.append(waited)
+        self._row(rank, start, end, task * 4 + COMM_SPAN, None)
+
+    def appenders(self) -> tuple[Any, Any, Any, Any]:
+        """The engine's fast path: the ``append`` of the rank, start, end and ref columns
+        (ref = task id x 4 + TASK_SPAN or HOST_SPAN). Spans must not be read meanwhile."""
+        self._spans = self._table = None
+        return self._rank.append, self._start.append, self._end.append, self._ref.append
+
+    def _row(self, rank: int, start: float, end: float, ref: int, extra: Any) -> None:
+        if extra is not None:
+            self._extra[len(self._rank)] = extra
+        self._rank.append(rank)
+        self._start.append(start)
+        self._end.append(end)
+        self._ref.append(ref)
+        self._spans = self._table = None
+
+    def record_flows(self, start: float, ends: Sequence[float], sizes: Sequence[float],
+                     routes: Sequence[tuple[int, ...]], task: int) -> None:
+        """Append flows that started together at ``start`` (empty routes are skipped)."""
+        starts, stops, nbytes, paths, tasks = self._flow_cols
+        for end, size, route in zip(ends, sizes, routes, strict=True):
+            if route:
+                starts.append(start)
+                stops.append(end)
+                nbytes.append(size)
+                paths.append(route)
+                tasks.append(task)
+
+    def sort_by_end(self) -> None:
+        """Reorder the rows by end time, ties in recording order (the engine records a
+        ready chain's spans before they end)."""
+        end = np.frombuffer(self._end, dtype=np.float64) if len(self._end) else np.zeros(0)
+        if len(end) < 2 or bool(np.all(end[1:] >= end[:-1])):
+            return
+        order = np.argsort(end, kind="stable")
+        for name in ("_rank", "_start", "_end", "_ref"):
+            column = getattr(self, name)
+            values = np.frombuffer(column, dtype=column.typecode)[order]
+            setattr(self, name, array(column.typecode, values.tobytes()))
+        where = np.empty(len(order), dtype=np.int64)
+        where[order] = np.arange(len(order))
+        self._extra = {int(where[i]): v for i, v in self._extra.items()}
+        if len(self._comm_rows):
+            rows = where[np.frombuffer(self._comm_rows, dtype=np.int64)]
+            self._comm_rows = array("q", rows.tobytes())
+        self._spans = self._table = None
+
+    # -- reading ---------------------------------------------------------------------
+    @property
+    def spans(self) -> list[Span]:
+        """Every span as an object, in timeline order (built once, then cached)."""
+        if self._spans is None:
+            waited = {row: w for row, w in zip(self._comm_rows, self._comm_waited, strict=True)
+                      if w > 0}
+            self._spans = [self._span(i, waited) for i in range(len(self._rank))]
+        return self._spans
+
+    def _span(self, i: int, waited: dict[int, float]) -> Span:
+        ref = self._ref[i]
+        form = ref & 3
+        if form == FREE_SPAN:
+            span: Span = self._extra[i]
+            return span
+        assert self.tasks is not None, "engine spans need the graph's tasks"
+        t = self.tasks[ref >> 2]
+        rank, start, end = self._rank[i], self._start[i], self._end[i]
+        if form == TASK_SPAN:
+            return Span(rank, t.stream, t.kind, t.name, start, end, t.bytes, t.flops, t.meta,
+                        t.id)
+        if form == HOST_SPAN:
+            return Span(rank, t.stream, "host", f"host issue {t.name}", start, end, 0.0, 0.0,
+                        {}, t.id)
+        meta = self._comm_meta[t.id]
+        if i in waited:
+            meta = {**meta, "waited_s": waited[i]}
+        return Span(rank, t.stream, t.kind, t.name, start, end, t.bytes, 0.0, meta, t.id)
+
+    @property
+    def flows(self) -> list[FlowRecord]:
+        """Every network flow as an object (the engine's rows are moved in on first read)."""
+        starts, stops, nbytes, paths, tasks = self._flow_cols
+        if self._flows_read < len(paths):
+            self._flows.extend(FlowRecord(starts[i], stops[i], nbytes[i], paths[i], tasks[i])
+                               for i in range(self._flows_read, len(paths)))
+            self._flows_read = len(paths)
+        return self._flows
+
+    def columns(self) -> SpanTable:
+        """The spans as numpy columns (rank, kind code, start, end, bytes, FLOPs), cached."""
+        if self._table is None:
+            from simtrain.engine.spantable import SpanTable
+            self._table = SpanTable.of(self)
+        table: SpanTable = self._table
+        return table
+
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                dict[int, Any]]:
+        """(rank, start, end, task, form) as arrays, and the per-row extras."""
+        def col(a: array, dtype: type) -> np.ndarray:
+            return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
+        ref = col(self._ref, np.int64)
+        return (col(self._rank, np.int64), col(self._start, np.float64),
+                col(self._end, np.float64), ref >> 2, ref & 3, self._extra)
 
     def __iter__(self) -> Iterator[Span]:
         return iter(self.spans)
 
     def __len__(self) -> int:
-        return len(self.spans)
+        return len(self._rank)
 
     @property
     def end(self) -> float:
         """Time the last span ended: the step time when the step starts at 0."""
-        return max((s.end for s in self.spans), default=0.0)
+        return max(self._end, default=0.0)
 
     def for_rank(self, rank: int) -> list[Span]:
         return [s for s in self.spans if s.rank == rank]

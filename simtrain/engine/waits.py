@@ -7,19 +7,58 @@ collective the first rank is stuck in names the wrong rank. Instead each blocked
 points at the streams it waits for (the members missing from the collective it sits in,
 or the owners of the dependencies it waits on); following the pointers ends at the
 streams that stopped (a hang) — those ranks are named first, then the longest chain of
-waits behind them. If no chain ends at a stopped stream, the waits form a cycle.
+waits behind them. If no chain ends at a stopped stream, the waits form a cycle. The error
+the executor raises (``SimulationDeadlock``) and the partial timeline a report shows
+(``stalled_timeline``) live here too.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simtrain.engine.taskgraph import Task
+from simtrain.engine.timeline import Span, SpanKind, Timeline
 
 if TYPE_CHECKING:
     from simtrain.engine.sim import Executor
+
+
+class SimulationDeadlock(RuntimeError):
+    """The simulation ended with tasks that can never run; the message says who waits for whom.
+
+    ``timeline`` holds the spans that ran before the hang, ``blocked`` each blocked rank's
+    wait (rank -> (since when, what it waits in)) and ``at`` the time the step stalled, so
+    a report can still show the step up to the hang.
+    """
+
+    def __init__(self, message: str, *, timeline: Timeline | None = None,
+                 blocked: Mapping[int, tuple[float, str, str]] | None = None,
+                 at: float = 0.0) -> None:
+        super().__init__(message)
+        self.timeline = timeline
+        self.blocked = dict(blocked or {})
+        self.at = at
+        self.result: Any = None  # simulate() attaches the partial SimulationResult
+
+
+def stalled_timeline(exc: SimulationDeadlock, num_ranks: int) -> Timeline:
+    """The spans run before a deadlock, plus one span per blocked rank from when it last
+    worked to the stall: kind "hung" for a rank that stopped, "blocked" for its victims
+    (named after what they wait for), so a Gantt chart shows who stopped and who waits."""
+    timeline = Timeline(num_ranks=num_ranks)
+    if exc.timeline is not None:
+        for span in exc.timeline.spans:
+            timeline.add(span)
+        timeline.flows.extend(exc.timeline.flows)
+    for rank, (since, stream, what) in sorted(exc.blocked.items()):
+        kind = SpanKind.HUNG if what.startswith("stopped") else SpanKind.BLOCKED
+        timeline.add(Span(rank, stream, kind, what, since, max(exc.at, since), 0.0, 0.0,
+                          {"deadlock": True}, -1))
+    return timeline
+
 
 Node = tuple[int, str]  # (rank, stream)
 MAX_HOPS = 6  # chain hops spelled out in the message; the rest are counted
@@ -46,7 +85,7 @@ def wait_for(ex: Executor) -> dict[Node, list[tuple[Node, Why]]]:
     edges: dict[Node, list[tuple[Node, Why]]] = {}
     virtual = ex.graph.virtual
     for (rank, stream), task in sorted(ex.position.items()):
-        if task is None or ex.done[task.id].triggered or (rank, stream) in ex.stopped:
+        if task is None or ex.is_done(task.id) or (rank, stream) in ex.stopped:
             continue
         outs: list[tuple[Node, Why]] = []
         arrived = ex.arrivals.get(task.id, {})
@@ -57,7 +96,7 @@ def wait_for(ex: Executor) -> dict[Node, list[tuple[Node, Why]]]:
                      if m not in arrived and m not in virtual]
         else:
             for dep_id in ex._dep_ids(task, rank):
-                if ex.done[dep_id].triggered:
+                if ex.is_done(dep_id):
                     continue
                 dep = ex.graph.tasks[dep_id]
                 why = (f"needs {_label(dep)} from",

@@ -144,12 +144,11 @@ def split_timeline(timeline: Timeline, gpus: Sequence[int], first: int, count: i
     """The spans and flows of one part of a merged run, back on its own ranks and task ids
     (tasks ``first .. first + count - 1`` of the merged graph)."""
     local = {gpu: i for i, gpu in enumerate(gpus)}
-    out = Timeline(num_ranks=len(gpus))
-    out.spans = [replace(s, rank=local[s.rank], task=s.task - first) for s in timeline.spans
-                 if first <= s.task < first + count]
-    out.flows = [replace(f, task=f.task - first) for f in timeline.flows
-                 if first <= f.task < first + count]
-    return out
+    return Timeline(num_ranks=len(gpus),
+                    spans=[replace(s, rank=local[s.rank], task=s.task - first)
+                           for s in timeline.spans if first <= s.task < first + count],
+                    flows=[replace(f, task=f.task - first) for f in timeline.flows
+                           if first <= f.task < first + count])
 
 
 def shared_links(timeline: Timeline, offsets: Sequence[int], names: Sequence[str]

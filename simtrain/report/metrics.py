@@ -5,13 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simtrain.engine.timeline import (
-    COMM_KINDS,
-    COMPUTE_KINDS,
-    Timeline,
-    merge_intervals,
-    overlap_length,
-)
+from simtrain.engine.spantable import length, overlap
+from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
 
 
 def rank_breakdown(timeline: Timeline) -> dict[int, dict[str, float]]:
@@ -21,16 +16,18 @@ def rank_breakdown(timeline: Timeline) -> dict[int, dict[str, float]]:
     is communication time during which the rank computes nothing.
     """
     out: dict[int, dict[str, float]] = {}
-    for rank, spans in sorted(timeline.by_rank().items()):
-        compute = merge_intervals((s.start, s.end) for s in spans if s.kind in COMPUTE_KINDS)
-        comm = merge_intervals((s.start, s.end) for s in spans if s.kind in COMM_KINDS)
-        comm_s = sum(e - s for s, e in comm)
+    table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
+    is_compute, is_comm = table.mask(COMPUTE_KINDS), table.mask(COMM_KINDS)
+    for rank, rows in table.by_rank().items():
+        computes, comms = rows[is_compute[rows]], rows[is_comm[rows]]
+        compute, comm = table.merged(computes), table.merged(comms)
+        comm_s = length(comm)
         out[rank] = {
-            "compute_s": sum(e - s for s, e in compute),
+            "compute_s": length(compute),
             "comm_s": comm_s,
-            "exposed_comm_s": comm_s - overlap_length(comm, compute),
-            "flops": sum(s.flops for s in spans if s.kind in COMPUTE_KINDS),
-            "comm_bytes": sum(s.bytes for s in spans if s.kind in COMM_KINDS),
+            "exposed_comm_s": comm_s - overlap(comm, compute),
+            "flops": sum(table.flops[computes].tolist()),
+            "comm_bytes": sum(table.bytes[comms].tolist()),
         }
     return out
 

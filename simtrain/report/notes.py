@@ -20,20 +20,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simtrain.engine.timeline import SpanKind, Timeline, union_length
+from simtrain.engine.spantable import length
+from simtrain.engine.timeline import SpanKind, Timeline
 
 
 def recompute_share(timeline: Timeline) -> tuple[float, float]:
     """(recompute FLOPs, recompute busy seconds), each a mean over the timeline's ranks."""
-    flops: dict[int, float] = {}
-    spans: dict[int, list[tuple[float, float]]] = {}
-    ranks = {s.rank for s in timeline.spans}
-    for s in timeline.spans:
-        if s.kind == SpanKind.RECOMPUTE:
-            flops[s.rank] = flops.get(s.rank, 0.0) + s.flops
-            spans.setdefault(s.rank, []).append((s.start, s.end))
-    n = max(len(ranks), 1)
-    return (sum(flops.values()) / n, sum(union_length(v) for v in spans.values()) / n)
+    table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
+    is_redo = table.mask((SpanKind.RECOMPUTE,))
+    flops: list[float] = []
+    busy: list[float] = []
+    by_rank = table.by_rank()
+    for rows in by_rank.values():
+        redo = rows[is_redo[rows]]
+        if len(redo):
+            flops.append(sum(table.flops[redo].tolist()))
+            busy.append(length(table.merged(redo)))
+    n = max(len(by_rank), 1)
+    return (sum(flops) / n, sum(busy) / n)
 
 
 def run_notes(timeline: Timeline, summary: Mapping[str, Any], *, recompute: str,

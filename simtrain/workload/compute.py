@@ -99,12 +99,12 @@ class ComputeConfig(BaseModel):
     # We take the low end of 3-5 us since launches queue asynchronously ahead of execution;
     # set ~1us to model CUDA graphs.
     launch_overhead: Seconds = 3e-6
-    # Compute slowdown while a collective runs on the same GPU. None: from its causes, the
-    # SMs the collective's NCCL channels hold and the HBM bandwidth it moves
+    # Compute slowdown while a collective runs on the same GPU. None (default): from its
+    # causes, the SMs the collective's NCCL channels hold (channels x sms_per_channel out
+    # of the GPU's SMs, hardware.yaml ``sms``) and the HBM bandwidth it moves
     # (simtrain.workload.interference); a number: that fixed fractional slowdown; 0
-    # (default for now) switches it off. The physical model is not yet the default: its
-    # executor path is far too slow on ring attention (cp_128k: >200 s instead of 1 s).
-    comm_interference: float | None = Field(0.0, ge=0.0, le=1.0)
+    # switches it off.
+    comm_interference: float | None = Field(None, ge=0.0, le=1.0)
     # SMs one NCCL channel holds while its collective runs: NCCL launches one CTA (thread
     # block) per channel and each CTA keeps its SM's shared memory and registers
     # (NCCL docs, "NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS": "each channel uses one CUDA

@@ -144,7 +144,7 @@ def test_arch_defaults_and_errors() -> None:
     assert default.max_gemm_efficiency("hopper") == 0.8156
     assert default.hbm_efficiency("hopper") == 0.85
     assert default.host_kernel_issue == 8e-6 and default.host_microbatch == 200e-6
-    assert default.comm_interference == 0.0  # the physical model is opt-in (None) for now
+    assert default.comm_interference is None  # the physical model (workload.interference)
     with pytest.raises(ValueError, match="Extra inputs"):
         ComputeConfig.model_validate({"step_overhead": 0.1})  # the fitted fudge is gone
     assert default.max_attention_efficiency("ampere") == 0.60

@@ -79,3 +79,25 @@ def test_none_selects_the_physical_model_and_zero_switches_it_off() -> None:
     assert isinstance(model, Interference) and model.num_sms == 132 and model.channels == 32
     off = load_scenario({**body, "compute": {"comm_interference": 0}})
     assert interference_model(off, build_cluster(off.cluster)) == 0.0
+    # No compute section: the physical model is the default.
+    plain = load_scenario(body)
+    assert isinstance(interference_model(plain, build_cluster(plain.cluster)), Interference)
+
+
+def test_default_interference_slows_a_gemm_beside_an_all_reduce_by_hand(star_fabric) -> None:
+    # H100 (132 SMs, 32 channels): a 1 GB ring all-reduce over 2 ranks on 1e10 B/s links
+    # moves 2 x 1/2 x 1e9 = 1e9 B per rank: 0.1 s, with 32 channels (1e9 B >> 32 x 512 x
+    # 64 x 2 B) = 32/132 = 0.2424 of the SMs; bus bytes 1e9 / 0.1 s = 10 GB/s, x3 = 30 GB/s
+    # of 2.8475 TB/s HBM (u = 0.01054). A 0.2 s GEMM at the large-GEMM rate (sigma = 1)
+    # beside it: 0.1 s at 1 - 0.2424 = 0.7576 does 0.07576 s of work, the other 0.12424 s
+    # at full rate: it ends at 0.22424 s (+12.1%). Switched off it ends at 0.2 s.
+    g = TaskGraph(2)
+    g.collective("all_reduce", [0, 1], 1e9, "ar", stream="comm", algorithm="ring")
+    g.compute(0, "gemm", 0.2, flops=0.2 * H100.gemm_rate)
+    fabric = star_fabric(2, 1e10, 0.0)
+    slowed = next(s for s in execute(g, fabric, interference=H100) if s.name == "gemm")
+    ar = next(s for s in execute(g, fabric, interference=H100) if s.name == "ar")
+    assert ar.end == pytest.approx(0.1)
+    assert slowed.end == pytest.approx(0.1 + 0.2 - 0.1 * (1 - 32 / 132), rel=1e-9)
+    plain = next(s for s in execute(g, fabric, interference=0.0) if s.name == "gemm")
+    assert plain.end == pytest.approx(0.2)

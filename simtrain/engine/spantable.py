@@ -1,0 +1,130 @@
+"""A timeline's spans as numpy columns, and the interval algebra the metrics need on them.
+
+The step metrics ask, per rank, for the union of its compute spans, of each communication
+kind, of everything, and how much two unions overlap. Asked of per-span objects that is a
+sort of tuples and a Python loop per question; here the merging and the pairing of
+intervals are array operations, and only the final sums run in Python, left to right over
+the same terms as ``merge_intervals`` / ``overlap_length``, so the results are the same to
+the last bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simtrain.engine.timeline import Timeline
+
+Intervals = tuple[np.ndarray, np.ndarray]  # (starts, ends) of sorted, disjoint intervals
+
+
+@dataclass(frozen=True)
+class SpanTable:
+    """Columns of a timeline's spans in timeline order; ``kinds[kind[i]]`` is span i's kind."""
+
+    rank: np.ndarray
+    kind: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    bytes: np.ndarray
+    flops: np.ndarray
+    kinds: tuple[str, ...]
+
+    @classmethod
+    def of(cls, timeline: Timeline) -> SpanTable:
+        """Read the timeline's columns; per-task fields come from one pass over the tasks
+        its spans refer to."""
+        from simtrain.engine.timeline import COMM_SPAN, FREE_SPAN, HOST_SPAN
+
+        cols = timeline._columns()
+        rank, start, end, task, form, extra = cols
+        n = len(rank)
+        code: dict[str, int] = {}
+        kind = np.empty(n, dtype=np.int64)
+        nbytes = np.zeros(n)
+        flops = np.zeros(n)
+        free = form == FREE_SPAN
+        engine = ~free
+        if engine.any():
+            tasks = timeline.tasks
+            assert tasks is not None, "engine spans need the graph's tasks"
+            ids, inverse = np.unique(task[engine], return_inverse=True)
+            picked = [tasks[int(t)] for t in ids]
+            t_kind = np.fromiter((code.setdefault(t.kind, len(code)) for t in picked),
+                                 dtype=np.int64, count=len(picked))
+            t_bytes = np.fromiter((t.bytes for t in picked), dtype=np.float64,
+                                  count=len(picked))
+            t_flops = np.fromiter((t.flops for t in picked), dtype=np.float64,
+                                  count=len(picked))
+            sub = form[engine]
+            host = sub == HOST_SPAN
+            kind[engine] = np.where(host, code.setdefault("host", len(code)), t_kind[inverse])
+            nbytes[engine] = np.where(host, 0.0, t_bytes[inverse])
+            flops[engine] = np.where(host | (sub == COMM_SPAN), 0.0, t_flops[inverse])
+        for i in np.flatnonzero(free).tolist():
+            span = extra[i]
+            kind[i] = code.setdefault(span.kind, len(code))
+            nbytes[i] = span.bytes
+            flops[i] = span.flops
+        return cls(rank, kind, start, end, nbytes, flops, tuple(code))
+
+    def mask(self, kinds: Iterable[str]) -> np.ndarray:
+        """Which spans are of one of ``kinds``."""
+        codes = [i for i, k in enumerate(self.kinds) if k in set(kinds)]
+        return np.isin(self.kind, codes)
+
+    def by_rank(self) -> dict[int, np.ndarray]:
+        """Rank -> indices of its spans in timeline order, ranks ascending."""
+        if not len(self.rank):
+            return {}
+        order = np.argsort(self.rank, kind="stable")
+        ranks, first = np.unique(self.rank[order], return_index=True)
+        bounds = [*first.tolist(), len(order)]
+        return {int(r): order[bounds[k]:bounds[k + 1]] for k, r in enumerate(ranks.tolist())}
+
+    def merged(self, rows: np.ndarray) -> Intervals:
+        """Sorted, disjoint union of the spans ``rows`` (touching intervals merge)."""
+        return merge(self.start[rows], self.end[rows])
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """``merge_intervals`` on arrays: sort by (start, end), then a new interval begins
+    where a start exceeds every end before it."""
+    if not len(starts):
+        return np.zeros(0), np.zeros(0)
+    order = np.lexsort((ends, starts))
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    begins = np.empty(len(s), dtype=bool)
+    begins[0] = True
+    begins[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(begins)
+    last = np.r_[first[1:], len(s)] - 1
+    return s[first], reach[last]
+
+
+def length(intervals: Intervals) -> float:
+    """Total length of disjoint intervals, summed left to right as ``union_length``."""
+    return sum((intervals[1] - intervals[0]).tolist())
+
+
+def overlap(a: Intervals, b: Intervals) -> float:
+    """``overlap_length`` on arrays: the pieces where an interval of ``a`` meets one of
+    ``b`` (each pair found by binary search), summed in time order."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if not len(a_s) or not len(b_s):
+        return 0.0
+    lo = np.searchsorted(b_e, a_s, side="right")  # first b ending after a starts
+    hi = np.searchsorted(b_s, a_e, side="left")  # b's starting before a ends
+    count = np.maximum(hi - lo, 0)
+    if not count.any():
+        return 0.0
+    ai = np.repeat(np.arange(len(a_s)), count)
+    offsets = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    bi = np.repeat(lo, count) + offsets
+    piece = np.minimum(a_e[ai], b_e[bi]) - np.maximum(a_s[ai], b_s[bi])
+    return sum(piece[piece > 0].tolist())
