@@ -169,14 +169,15 @@ class Checker:
         self.spec, self.base, self.cluster, self.per_node = spec, base, cluster, per_node
         self._plans: dict[tuple[Any, ...], Any] = {}
         self._memory: dict[tuple[Any, ...], Any] = {}
+        self._chains: dict[tuple[Any, ...], Any] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
+        self._bandwidth: float | None = None
 
     def __call__(self, cand: Candidate) -> None:
         from pydantic import ValidationError
 
         from simtrain.parallel.plan import ParallelismConfig, check_parallelism
         from simtrain.simulate import build_plan, memory_report
-        from simtrain.study.plan import stage_compute_times, step_time_bound
 
         spec, cluster = self.spec, self.cluster
         try:
@@ -215,9 +216,28 @@ class Checker:
             cand.status, cand.reason, cand.field = "oom", memory.describe(), "memory"
             return
         cand.status = "feasible"
-        key = (*shape, p["recompute"])
+        key = (*shape, p["zero"], p["recompute"])
         bound = self._bounds.get(key)
         if bound is None:
-            bound = self._bounds[key] = step_time_bound(
-                stage_compute_times(scenario, cluster, plan), plan.micro_batches)
+            bound = self._bounds[key] = self._bound(scenario, plan, (*shape, p["recompute"]))
         cand.bound_s = bound
+
+    def _bound(self, scenario: Any, plan: Any, shape: tuple[Any, ...]) -> float:
+        """The step-time bound (``plan_bound``); the chain times are shared by the ZeRO
+        stages of a shape, the tails are not."""
+        from simtrain.study.plan_bound import (
+            injection_bandwidth,
+            stage_chain_times,
+            stage_tails,
+            step_time_bound,
+        )
+
+        if self._bandwidth is None:
+            self._bandwidth = injection_bandwidth(self.cluster)
+        chain = self._chains.get(shape)
+        if chain is None:
+            chain = self._chains[shape] = stage_chain_times(scenario, self.cluster, plan,
+                                                            self._bandwidth)
+        times, back = chain
+        tails = stage_tails(scenario, self.cluster, plan, self._bandwidth, back)
+        return step_time_bound(times, plan.micro_batches, tails)
