@@ -33,9 +33,9 @@ from typing import Any
 from simtrain.errors import ScenarioError
 from simtrain.study.plan_bound import (
     StageTail,
-    stage_chain_times,
+    chain_costs,
+    plan_bound,
     stage_compute_times,
-    stage_tails,
     step_time_bound,
 )
 from simtrain.study.plan_candidates import (
@@ -58,8 +58,8 @@ from simtrain.study.plan_spec import (
 __all__ = ["RECOMPUTE_MODES", "ZERO_STAGES", "Candidate", "PlanResult", "PlanSpec",
            "candidate_scenario", "enumerate_candidates", "fmt_duration", "format_rows",
            "load_plan", "parse_count", "plan_spec", "search", "simulate_candidate",
-           "simulate_ranked", "StageTail", "stage_chain_times", "stage_compute_times",
-           "stage_tails", "step_time_bound"]
+           "simulate_ranked", "StageTail", "chain_costs", "plan_bound", "stage_compute_times",
+           "step_time_bound"]
 
 
 # ---- the search ------------------------------------------------------------------------

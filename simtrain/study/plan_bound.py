@@ -45,20 +45,42 @@ class StageTail:
         return max(0.0, self.reduce_s - self.overlap_s) + self.after_s
 
 
-def min_collective_seconds(op: str, group: int, nbytes: float, bandwidth: float) -> float:
+def min_collective_seconds(op: str, group: int, nbytes: float, bandwidth: float,
+                           local: int = 0, nic_bandwidth: float = 0.0) -> float:
     """Physical minimum of ``op`` over ``group`` ranks of an ``nbytes`` array (all-to-all:
     the per-rank buffer) on GPUs that move at most ``bandwidth`` bytes/s each way:
     (g-1)/g · nbytes / bandwidth for all-gather, reduce-scatter, all-reduce and all-to-all
-    (see the module docstring), 0 for one rank; other ops count 0."""
+    (see the module docstring); 0 for one rank, other ops count 0.
+
+    With ``local`` > 0 (at most that many members on one server, whose traffic to other
+    servers crosses their own NIC's ``nic_bandwidth`` link): a server holding k members
+    must send (reduce-scatter: one pre-reduced value of each shard owned outside) or
+    receive (all-gather: each shard held outside) (g-k)/g · nbytes through at most k NIC
+    links, so also (g-k)/g · nbytes / (k · nic_bandwidth), weakest for the largest k.
+    """
     if group <= 1 or nbytes <= 0 or op not in ("all_gather", "reduce_scatter", "all_reduce",
                                                "all_to_all", "all_to_all_v"):
         return 0.0
-    return (group - 1) / group * nbytes / bandwidth
+    out = (group - 1) / group * nbytes / bandwidth
+    if 0 < local < group and nic_bandwidth > 0:
+        out = max(out, (group - local) / group * nbytes / (local * nic_bandwidth))
+    return out
 
 
-def injection_bandwidth(cluster: Any) -> float:
-    """Bytes/s the fastest GPU of ``cluster`` can send or receive: the larger of the sums
-    of its outgoing and incoming links' bandwidths (NVLink, PCIe/NIC all at once)."""
+@dataclass(frozen=True)
+class Links:
+    """What bounds a GPU's traffic: ``gpu`` bytes/s over all its links at once; on preset
+    clusters (every GPU's route off its server crosses its own NIC, ``fabric.py``) the
+    ``nic`` link's bytes/s and each rank's server; else ``nic`` 0 (not used)."""
+
+    gpu: float
+    nic: float = 0.0
+    servers: tuple[int, ...] = ()
+
+
+def link_limits(cluster: Any) -> Links:
+    """``Links`` of ``cluster``: the larger of the sums of a GPU's outgoing and incoming
+    link bandwidths (NVLink, PCIe/NIC all at once), the fastest NIC-to-switch link."""
     gpus = set(cluster.gpus)
     out: dict[str, float] = {}
     into: dict[str, float] = {}
@@ -67,17 +89,53 @@ def injection_bandwidth(cluster: Any) -> float:
             out[link.src] = out.get(link.src, 0.0) + link.bandwidth
         if link.dst in gpus:
             into[link.dst] = into.get(link.dst, 0.0) + link.bandwidth
-    return max([*out.values(), *into.values()])
+    gpu = max([*out.values(), *into.values()])
+    if not cluster.uniform:
+        return Links(gpu)
+    kinds = {name: attrs["kind"] for name, attrs in cluster.node_attrs.items()}
+    nic = max((lk.bandwidth for lk in cluster.links
+               if {kinds[lk.src], kinds[lk.dst]} & {"nic"}
+               and {kinds[lk.src], kinds[lk.dst]} & {"leaf", "spine"}), default=0.0)
+    return Links(gpu, nic, tuple(cluster.server_of(r) for r in range(cluster.num_gpus)))
 
 
-def chain_comm_seconds(templates: Sequence[Any], sizes: dict[str, int], bandwidth: float
-                       ) -> float:
-    """Physical minimum of the plain ``CHAIN_GROUPS`` collectives among ``templates``
-    (TP overlaps and ring attention are not counted: they overlap compute)."""
+def injection_bandwidth(cluster: Any) -> float:
+    """Bytes/s the fastest GPU of ``cluster`` can send or receive over all its links."""
+    return link_limits(cluster).gpu
+
+
+def members_per_server(dims: Any, servers: Sequence[int], kind: str) -> int:
+    """The most members one ``kind`` group ("tp", "cp", "ep", "grad": dp x cp) of
+    ``dims`` has on one server (``servers[rank]``); 0 without servers."""
+    import numpy as np
+
+    if not servers:
+        return 0
+    free = {"tp": ("tp",), "cp": ("cp",), "ep": ("dp",), "grad": ("dp", "cp")}[kind]
+    rest = np.arange(dims.world_size, dtype=np.int64)
+    key = np.asarray(servers, dtype=np.int64)
+    for axis in dims.order.split("-"):
+        size = dims.size(axis)
+        coord, rest = rest % size, rest // size
+        if kind == "ep" and axis == "dp":  # ep consecutive DP replicas: the block is fixed
+            key, coord = key * size + coord // dims.ep, coord % dims.ep
+        if axis not in free:
+            key = key * size + coord
+    return int(np.unique(key, return_counts=True)[1].max())
+
+
+def chain_comm_bytes(templates: Sequence[Any], kinds: Sequence[str]) -> dict[str, float]:
+    """Bytes per group kind of the plain collectives among ``templates`` over ``kinds``
+    that ``min_collective_seconds`` counts (TP overlaps and ring attention are not plain:
+    they overlap compute)."""
     from simtrain.parallel.templates import Collective
 
-    return sum(min_collective_seconds(t.op, sizes[t.group], t.nbytes, bandwidth)
-               for t in templates if type(t) is Collective and t.group in sizes)
+    out: dict[str, float] = {}
+    for t in templates:
+        if type(t) is Collective and t.group in kinds and \
+                min_collective_seconds(t.op, 2, 1.0, 1.0) > 0:
+            out[t.group] = out.get(t.group, 0.0) + t.nbytes
+    return out
 
 
 def step_time_bound(times: Sequence[Sequence[tuple[float, float]]], micro_batches: int,
@@ -120,91 +178,141 @@ def stage_compute_times(scenario: Any, cluster: Any, plan: Any
                    op_time=lambda op: op_time(op, gpu, comp, dtype))
 
 
-def stage_chain_times(scenario: Any, cluster: Any, plan: Any, bandwidth: float
-                      ) -> tuple[list[list[tuple[float, float]]], list[float]]:
-    """Per stage and chunk, (forward, backward) seconds per microbatch of compute (the
-    lowering's own accounting, ``program.stage_compute_times``) plus the serial TP/CP/EP
-    collectives at their physical minimum; and per stage the least backward collective
-    time of its chunks (what may overlap the DP reduction after the last backward)."""
+@dataclass
+class ChainCosts:
+    """What a plan shape's bound needs, whatever its rank order and ZeRO stage: per stage
+    and chunk the (forward, backward) compute per microbatch and the bytes of its serial
+    collectives per group kind, the chunk's dense parameter count; per stage every
+    parameter count (the optimizer's)."""
+
+    compute: list[list[tuple[float, float]]]
+    fwd_bytes: list[list[dict[str, float]]]
+    bwd_bytes: list[list[dict[str, float]]]
+    dense: list[list[int]]
+    numels: list[list[int]]
+
+
+def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
+    """``ChainCosts`` of ``plan``: compute as the lowering charges it
+    (``program.stage_compute_times``: the sum of its templates), collectives as the
+    lowering emits them, each distinct layer costed once."""
     from simtrain.parallel import program
+    from simtrain.parallel.expert import split_expert
     from simtrain.workload.compute import op_time
 
     gpu, comp, dtype = cluster.gpu_spec, scenario.compute, scenario.training.dtype
     par, d = scenario.parallelism, plan.dims
-    sizes = {"tp": d.tp, "cp": d.cp, "ep": d.ep}
+    kinds = ["tp", "cp", "ep"]
     if par.tp_comm_overlap and scenario.sim.granularity != "stage":
-        del sizes["tp"]  # pipelined with their GEMMs (tensor.py): not serial
+        kinds.remove("tp")  # pipelined with their GEMMs (tensor.py): not serial
     if par.schedule == "dualpipe":
-        sizes = {}  # overlapped chunk pairs: one chain's collectives under the other's kernels
-    cache: dict[tuple[object, ...], float] = {}
+        kinds = []  # overlapped chunk pairs: one chain's collectives under the other's kernels
+    times: dict[tuple[object, ...], float] = {}
 
     def duration(op: Any) -> float:
         key = (op.kind, op.flops, op.bytes, op.gemm_shape)
-        if key not in cache:
-            cache[key] = op_time(op, gpu, comp, dtype)
-        return cache[key]
+        if key not in times:
+            times[key] = op_time(op, gpu, comp, dtype)
+        return times[key]
 
-    seen: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+    seen: dict[tuple[object, ...], tuple[float, float, dict[str, float], dict[str, float]]] = {}
 
-    def unit_times(u: Any) -> tuple[float, float, float, float]:
+    def unit(u: Any) -> tuple[float, float, dict[str, float], dict[str, float]]:
         key = (u.steps, u.layer >= 0)  # layers of one shape cost alike
         if key not in seen:
             fwd = program.forward(u, "forward", d.cp, duration)
             bwd = program.backward(u, par.recompute, d.cp, duration)
             seen[key] = (program.compute_seconds(fwd), program.compute_seconds(bwd),
-                         chain_comm_seconds(fwd, sizes, bandwidth),
-                         chain_comm_seconds(bwd, sizes, bandwidth))
+                         chain_comm_bytes(fwd, kinds), chain_comm_bytes(bwd, kinds))
         return seen[key]
 
-    times: list[list[tuple[float, float]]] = []
-    back: list[float] = []
+    out = ChainCosts([], [], [], [], [])
     for chunks in plan.units:
-        row = []
-        comm_b = []
+        rows: list[list[Any]] = [[], [], [], []]
         for chunk in chunks:
-            parts = [unit_times(u) for u in chunk]
-            row.append((sum(p[0] + p[2] for p in parts), sum(p[1] + p[3] for p in parts)))
-            comm_b.append(sum(p[3] for p in parts))
-        times.append(row)
-        back.append(min(comm_b))
-    return times, back
+            parts = [unit(u) for u in chunk]
+            rows[0].append((sum(p[0] for p in parts), sum(p[1] for p in parts)))
+            for row, i in ((rows[1], 2), (rows[2], 3)):
+                total: dict[str, float] = {}
+                for p in parts:
+                    for g, n in p[i].items():
+                        total[g] = total.get(g, 0.0) + n
+                row.append(total)
+            rows[3].append(sum(p.numel for p in split_expert(q for u in chunk
+                                                               for q in u.params)[0]))
+        out.compute.append(rows[0])
+        out.fwd_bytes.append(rows[1])
+        out.bwd_bytes.append(rows[2])
+        out.dense.append(rows[3])
+        out.numels.append([p.numel for chunk in chunks for u in chunk for p in u.params])
+    return out
 
 
-def stage_tails(scenario: Any, cluster: Any, plan: Any, bandwidth: float,
-                back: Sequence[float]) -> list[StageTail]:
-    """Per stage, what follows its last backward (``StageTail``), at its lowering's cost:
+def plan_bound(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, micro_batches: int,
+               links: Links) -> float:
+    """The step-time bound of a plan with ``costs`` laid out by ``dims`` (its rank order
+    places the groups on servers): ``step_time_bound`` of ``chain_times`` and
+    ``stage_tails``."""
+    times, overlap = chain_times(costs, dims, links)
+    return step_time_bound(times, micro_batches,
+                           stage_tails(costs, scenario, cluster, dims, links, overlap))
+
+
+def _per_byte(dims: Any, links: Links, kind: str, op: str) -> float:
+    """Seconds per byte of ``op`` over ``dims``' ``kind`` group at its physical minimum."""
+    size = {"tp": dims.tp, "cp": dims.cp, "ep": dims.ep, "grad": dims.dp * dims.cp}[kind]
+    local = members_per_server(dims, links.servers, kind)
+    return min_collective_seconds(op, size, 1.0, links.gpu, local, links.nic)
+
+
+def chain_times(costs: ChainCosts, dims: Any, links: Links
+                ) -> tuple[list[list[tuple[float, float]]], list[float]]:
+    """Per stage and chunk the (forward, backward) seconds per microbatch of compute plus
+    the serial TP/CP/EP collectives at their physical minimum (``min_collective_seconds``);
+    per stage the least backward collective time of its chunks (what the DP reduction
+    after the last backward may run under)."""
+    rate = {k: _per_byte(dims, links, k, "all_gather") for k in ("tp", "cp", "ep")}
+
+    def comm(nbytes: dict[str, float]) -> float:
+        return sum(rate[k] * n for k, n in nbytes.items())
+
+    times = [[(f + comm(fb), b + comm(bb)) for (f, b), fb, bb in zip(c, fbs, bbs, strict=True)]
+             for c, fbs, bbs in zip(costs.compute, costs.fwd_bytes, costs.bwd_bytes,
+                                    strict=True)]
+    return times, [min(comm(bb) for bb in bbs) for bbs in costs.bwd_bytes]
+
+
+def stage_tails(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, links: Links,
+                overlap: Sequence[float]) -> list[StageTail]:
+    """Per stage what follows its last backward (``StageTail``):
 
     - the dense gradients' DP reduction (all-reduce under ZeRO 0, reduce-scatter under
-      1/2) over dp·cp ranks, of the stage's smallest chunk (the last chunk reduced is one of
-      them), at its physical minimum; only at "stage" granularity, where every gradient of
-      a chunk comes from its one fused backward task (finer: only the last bucket waits);
-      ZeRO-3 reduces inside the step and is not counted;
-    - the optimizer step's kernels, the lowering's own ``optimizer_step`` cost (HBM-bound
-      passes over the rank's shard);
-    - under ZeRO 1/2 without ``overlap_param_gather``, the all-gather of the updated
-      parameters after the optimizer, at its physical minimum.
+      1/2) over dp·cp ranks of its smallest chunk (the last chunk reduced is one of them),
+      at its physical minimum; only at "stage" granularity, where every gradient of a
+      chunk comes from its one fused backward task (finer: only the last bucket waits);
+      ZeRO-3 reduces inside the step and is not counted; it may start under the last
+      backward's trailing collectives (``overlap``);
+    - then the optimizer step's kernels at the lowering's own cost
+      (``simulate.optimizer_timer``), and under ZeRO 1/2 without ``overlap_param_gather``
+      the all-gather of the updated parameters, at its physical minimum.
     """
-    from simtrain.parallel.expert import split_expert
     from simtrain.simulate import optimizer_timer
     from simtrain.training import DTYPE_BYTES
 
-    par, d, train = scenario.parallelism, plan.dims, scenario.training
+    par, d, train = scenario.parallelism, dims, scenario.training
     group = d.dp * d.cp
-    grad_bytes = DTYPE_BYTES[par.ddp.grad_dtype]
-    step = optimizer_timer(scenario, cluster)
     shard = (d.fsdp_shard_size if d.zero == 3 else group) if d.zero >= 1 else 1
-    op = "all_reduce" if d.zero == 0 else "reduce_scatter"
-    out = []
-    for chunks, overlap in zip(plan.units, back, strict=True):
-        numels = [p.numel for chunk in chunks for u in chunk for p in u.params]
+    step = optimizer_timer(scenario, cluster)
+    grad = _per_byte(d, links, "grad", "all_reduce" if d.zero == 0 else "reduce_scatter")
+    gather = _per_byte(d, links, "grad", "all_gather")
+    grad_bytes = DTYPE_BYTES[par.ddp.grad_dtype]
+    tails = []
+    for dense, numels, early in zip(costs.dense, costs.numels, overlap, strict=True):
         reduce_s = 0.0
         if d.zero < 3 and scenario.sim.granularity == "stage":
-            dense = [sum(p.numel for p in split_expert(q for u in chunk for q in u.params)[0])
-                     for chunk in chunks]
-            reduce_s = min_collective_seconds(op, group, min(dense) * grad_bytes, bandwidth)
+            reduce_s = grad * min(dense) * grad_bytes
         after = step(numels, shard).seconds
         if d.zero in (1, 2) and shard > 1 and not par.ddp.overlap_param_gather:
-            after += min_collective_seconds("all_gather", group,
-                                            sum(numels) * train.dtype_bytes, bandwidth)
-        out.append(StageTail(overlap, reduce_s, after))
-    return out
+            after += gather * sum(numels) * train.dtype_bytes
+        tails.append(StageTail(early, reduce_s, after))
+    return tails

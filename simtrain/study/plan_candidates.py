@@ -171,7 +171,7 @@ class Checker:
         self._memory: dict[tuple[Any, ...], Any] = {}
         self._chains: dict[tuple[Any, ...], Any] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
-        self._bandwidth: float | None = None
+        self._links: Any = None
 
     def __call__(self, cand: Candidate) -> None:
         from pydantic import ValidationError
@@ -223,21 +223,18 @@ class Checker:
         cand.bound_s = bound
 
     def _bound(self, scenario: Any, plan: Any, shape: tuple[Any, ...]) -> float:
-        """The step-time bound (``plan_bound``); the chain times are shared by the ZeRO
-        stages of a shape, the tails are not."""
-        from simtrain.study.plan_bound import (
-            injection_bandwidth,
-            stage_chain_times,
-            stage_tails,
-            step_time_bound,
-        )
+        """The step-time bound (``plan_bound``) under the best of the searched rank orders
+        (the search gives every order of a plan one bound); the chain costs are shared by
+        the ZeRO stages and orders of a shape."""
+        from simtrain.study.plan_bound import chain_costs, link_limits, plan_bound
 
-        if self._bandwidth is None:
-            self._bandwidth = injection_bandwidth(self.cluster)
-        chain = self._chains.get(shape)
-        if chain is None:
-            chain = self._chains[shape] = stage_chain_times(scenario, self.cluster, plan,
-                                                            self._bandwidth)
-        times, back = chain
-        tails = stage_tails(scenario, self.cluster, plan, self._bandwidth, back)
-        return step_time_bound(times, plan.micro_batches, tails)
+        if self._links is None:
+            self._links = link_limits(self.cluster)
+        costs = self._chains.get(shape)
+        if costs is None:
+            costs = self._chains[shape] = chain_costs(scenario, self.cluster, plan)
+        d = plan.dims
+        orders = distinct_orders(self.spec.orders, {"tp": d.tp, "cp": d.cp, "pp": d.pp,
+                                                    "dp": d.dp})
+        return min(plan_bound(costs, scenario, self.cluster, replace(d, order=order),
+                              plan.micro_batches, self._links) for order in orders)

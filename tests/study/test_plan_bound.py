@@ -9,14 +9,18 @@ from typing import Any
 import pytest
 
 from simtrain.hardware.topology import ClusterConfig, build_cluster
+from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.templates import Collective, Kernel
 from simtrain.scenario import load_scenario
 from simtrain.simulate import simulate
 from simtrain.study.plan import plan_spec, search
 from simtrain.study.plan_bound import (
+    Links,
     StageTail,
-    chain_comm_seconds,
+    chain_comm_bytes,
     injection_bandwidth,
+    link_limits,
+    members_per_server,
     min_collective_seconds,
     step_time_bound,
 )
@@ -29,6 +33,29 @@ def test_a_collective_costs_at_least_the_bytes_a_member_must_move() -> None:
         assert min_collective_seconds(op, 4, 1e9, 100e9) == pytest.approx(7.5e-3)
     assert min_collective_seconds("all_gather", 1, 1e9, 100e9) == 0.0  # nothing to move
     assert min_collective_seconds("send_recv", 4, 1e9, 100e9) == 0.0  # not counted
+    # 256 ranks, 2 per server, 1 GB, NICs of 50 GB/s: a server sends (or receives) the
+    # 254/256 GB held outside through its 2 NICs: 0.9921875 / 100 GB/s = 9.921875 ms, above
+    # the 255/256 GB / 514 GB/s = 1.94 ms one GPU needs over all its links
+    assert min_collective_seconds("reduce_scatter", 256, 1e9, 514e9, 2, 50e9) == \
+        pytest.approx(9.921875e-3)
+    # every member on one server: only the GPU's links
+    assert min_collective_seconds("all_gather", 8, 1e9, 514e9, 8, 50e9) == \
+        pytest.approx(7 / 8 / 514)
+
+
+def test_members_per_server_follow_the_rank_order() -> None:
+    servers = tuple(r // 8 for r in range(16))  # 2 servers of 8 GPUs
+    # TP4 DP4, tp innermost: rank 0's DP group is 0, 4, 8, 12: two on each server
+    megatron = ParallelDims(tp=4, dp=4, order="tp-cp-pp-dp")
+    assert members_per_server(megatron, servers, "grad") == 2
+    assert members_per_server(megatron, servers, "tp") == 4
+    # dp innermost: DP group 0..3 on one server, TP group 0, 4, 8, 12 across both
+    inner = ParallelDims(tp=4, dp=4, order="dp-tp-cp-pp")
+    assert members_per_server(inner, servers, "grad") == 4
+    assert members_per_server(inner, servers, "tp") == 2
+    # TP2 DP8 EP2: rank 0's EP group is DP replicas 0 and 1 = ranks 0 and 2, one server
+    assert members_per_server(ParallelDims(tp=2, dp=8, ep=2), servers, "ep") == 2
+    assert members_per_server(megatron, (), "grad") == 0  # no servers known
 
 
 def test_a_gpu_moves_bytes_at_most_over_all_its_links_at_once() -> None:
@@ -45,8 +72,8 @@ def test_only_plain_collectives_of_known_groups_sit_on_the_chain() -> None:
                  Collective("ag", "tp_comm", "all_gather", "tp", 1e9),   # 3/4 GB at 100 GB/s
                  Collective("a2a", "ep_comm", "all_to_all", "ep", 2e9),  # 1/2 x 2 GB
                  Collective("x", "cp_comm", "all_gather", "cp_a2a", 1e9)]  # unknown size: 0
-    # 7.5 ms + 10 ms
-    assert chain_comm_seconds(templates, {"tp": 4, "ep": 2}, 100e9) == pytest.approx(17.5e-3)
+    assert chain_comm_bytes(templates, ["tp", "ep"]) == {"tp": 1e9, "ep": 2e9}
+    assert chain_comm_bytes(templates, ["ep"]) == {"ep": 2e9}
 
 
 def test_a_tail_counts_the_reduction_past_the_trailing_collectives() -> None:
@@ -72,30 +99,36 @@ def test_the_bound_adds_each_stage_tail_after_its_chain() -> None:
 
 
 def test_the_optimizer_and_reduction_terms_match_the_lowering() -> None:
-    # GPT-3 2.7B, TP2 DP8 ZeRO 1 on 2 DGX A100 (one stage): the bound's tail is at most
-    # the simulated optimizer span plus the gradient reduce-scatter's physical minimum
-    # (7/8 over the 8 DP ranks x the 1/2 of the parameters a TP rank holds x 4 B fp32
-    # over 332 GB/s) and the parameter all-gather's (7/8 x the same parameters x 2 B)
-    from simtrain.hardware.topology import build_cluster as build
+    # GPT-3 2.7B, TP2 DP8 ZeRO 1 on 2 DGX A100 (one stage). The DP group (ranks 0, 2, ...,
+    # 14) has 4 members per server: its reduce-scatter of the 1/2 of the parameters a TP
+    # rank holds (N) in fp32 costs at least (8-4)/8 x 4N B over 4 NICs of 25 GB/s (above
+    # 7/8 x 4N over 332 GB/s); then the optimizer span as simulated, then the parameter
+    # all-gather of 2N B at the same rate
     from simtrain.simulate import build_plan
-    from simtrain.study.plan_bound import stage_chain_times, stage_tails
+    from simtrain.study.plan_bound import chain_costs, chain_times, stage_tails
 
     spec = plan_spec({"model": {"preset": "gpt3-2.7b"},
                       "cluster": {"preset": "dgx-a100", "nodes": 2},
                       "training": {"tokens": "1T", "seq_len": 2048, "global_batch": 16}})
     cand = _candidate(tp=2, pp=1, dp=8, zero=1)
     scenario = load_scenario(candidate_scenario(spec, cand))
-    cluster = build(scenario.cluster)
+    cluster = build_cluster(scenario.cluster)
     plan = build_plan(scenario, cluster)
-    bw = injection_bandwidth(cluster)
-    _, back = stage_chain_times(scenario, cluster, plan, bw)
-    (tail,) = stage_tails(scenario, cluster, plan, bw, back)
+    links = link_limits(cluster)
+    costs = chain_costs(scenario, cluster, plan)
+    _, overlap = chain_times(costs, plan.dims, links)
+    (tail,) = stage_tails(costs, scenario, cluster, plan.dims, links, overlap)
     numel = sum(p.numel for u in plan.units[0][0] for p in u.params)
-    assert tail.reduce_s == pytest.approx(7 / 8 * numel * 4 / 332e9)
+    per_byte = 4 / 8 / (4 * 25e9)
+    assert tail.reduce_s == pytest.approx(per_byte * numel * 4)
     result = simulate(scenario)
     opt = [s for s in result.timeline.spans if s.kind == "optimizer" and s.rank == 0]
-    assert tail.after_s == pytest.approx(opt[0].end - opt[0].start
-                                         + 7 / 8 * numel * 2 / 332e9)
+    assert tail.after_s == pytest.approx(opt[0].end - opt[0].start + per_byte * numel * 2)
+    # the TP collectives' backward bytes (SP: all-gathers and reduce-scatters over 2 GPUs
+    # of one server) at 1/2 / 332 GB/s each
+    tp_bytes = costs.bwd_bytes[0][0]["tp"]
+    assert overlap[0] == pytest.approx(tp_bytes / 2 / 332e9)
+    assert Links(332e9).nic == 0.0  # custom clusters: no NIC term
 
 
 def _candidate(**par: Any) -> Any:
