@@ -21,9 +21,11 @@ bandwidths (``injection_bandwidth``). No latency is charged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+Optimizer = Callable[[Sequence[int], int], float]  # (parameter counts, shard) -> seconds
 
 # Collectives on the compute chain whose group size the plan's degrees give; the others
 # (split CP / HSDP levels, pipeline gathers) are left out: fewer terms, still a bound.
@@ -249,13 +251,30 @@ def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
 
 
 def plan_bound(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, micro_batches: int,
-               links: Links) -> float:
+               links: Links, optimizer: Optimizer | None = None) -> float:
     """The step-time bound of a plan with ``costs`` laid out by ``dims`` (its rank order
     places the groups on servers): ``step_time_bound`` of ``chain_times`` and
     ``stage_tails``."""
     times, overlap = chain_times(costs, dims, links)
-    return step_time_bound(times, micro_batches,
-                           stage_tails(costs, scenario, cluster, dims, links, overlap))
+    return step_time_bound(times, micro_batches, stage_tails(
+        costs, scenario, cluster, dims, links, overlap, optimizer))
+
+
+def optimizer_seconds(scenario: Any, cluster: Any) -> Optimizer:
+    """Seconds of a rank's optimizer step from its parameter counts and shard
+    (``simulate.optimizer_timer``), each distinct (counts, shard) costed once."""
+    from simtrain.simulate import optimizer_timer
+
+    step = optimizer_timer(scenario, cluster)
+    seen: dict[tuple[tuple[int, ...], int], float] = {}
+
+    def seconds(numels: Sequence[int], shard: int) -> float:
+        key = (tuple(numels), shard)
+        if key not in seen:
+            seen[key] = step(list(numels), shard).seconds
+        return seen[key]
+
+    return seconds
 
 
 def _per_byte(dims: Any, links: Links, kind: str, op: str) -> float:
@@ -283,7 +302,8 @@ def chain_times(costs: ChainCosts, dims: Any, links: Links
 
 
 def stage_tails(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, links: Links,
-                overlap: Sequence[float]) -> list[StageTail]:
+                overlap: Sequence[float], optimizer: Optimizer | None = None
+                ) -> list[StageTail]:
     """Per stage what follows its last backward (``StageTail``):
 
     - the dense gradients' DP reduction (all-reduce under ZeRO 0, reduce-scatter under
@@ -295,14 +315,16 @@ def stage_tails(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, links
     - then the optimizer step's kernels at the lowering's own cost
       (``simulate.optimizer_timer``), and under ZeRO 1/2 without ``overlap_param_gather``
       the all-gather of the updated parameters, at its physical minimum.
+
+    ``optimizer`` (default: ``optimizer_seconds``) may be shared by the calls of one
+    scenario and cluster.
     """
-    from simtrain.simulate import optimizer_timer
     from simtrain.training import DTYPE_BYTES
 
     par, d, train = scenario.parallelism, dims, scenario.training
     group = d.dp * d.cp
     shard = (d.fsdp_shard_size if d.zero == 3 else group) if d.zero >= 1 else 1
-    step = optimizer_timer(scenario, cluster)
+    step = optimizer or optimizer_seconds(scenario, cluster)
     grad = _per_byte(d, links, "grad", "all_reduce" if d.zero == 0 else "reduce_scatter")
     gather = _per_byte(d, links, "grad", "all_gather")
     grad_bytes = DTYPE_BYTES[par.ddp.grad_dtype]
@@ -311,7 +333,7 @@ def stage_tails(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, links
         reduce_s = 0.0
         if d.zero < 3 and scenario.sim.granularity == "stage":
             reduce_s = grad * min(dense) * grad_bytes
-        after = step(numels, shard).seconds
+        after = step(numels, shard)
         if d.zero in (1, 2) and shard > 1 and not par.ddp.overlap_param_gather:
             after += gather * sum(numels) * train.dtype_bytes
         tails.append(StageTail(early, reduce_s, after))

@@ -172,6 +172,7 @@ class Checker:
         self._chains: dict[tuple[Any, ...], Any] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
         self._links: Any = None
+        self._optimizer: Any = None
 
     def __call__(self, cand: Candidate) -> None:
         from pydantic import ValidationError
@@ -226,10 +227,16 @@ class Checker:
         """The step-time bound (``plan_bound``) under the best of the searched rank orders
         (the search gives every order of a plan one bound); the chain costs are shared by
         the ZeRO stages and orders of a shape."""
-        from simtrain.study.plan_bound import chain_costs, link_limits, plan_bound
+        from simtrain.study.plan_bound import (
+            chain_costs,
+            link_limits,
+            optimizer_seconds,
+            plan_bound,
+        )
 
         if self._links is None:
             self._links = link_limits(self.cluster)
+            self._optimizer = optimizer_seconds(scenario, self.cluster)  # ddp: the plan's
         costs = self._chains.get(shape)
         if costs is None:
             costs = self._chains[shape] = chain_costs(scenario, self.cluster, plan)
@@ -237,4 +244,5 @@ class Checker:
         orders = distinct_orders(self.spec.orders, {"tp": d.tp, "cp": d.cp, "pp": d.pp,
                                                     "dp": d.dp})
         return min(plan_bound(costs, scenario, self.cluster, replace(d, order=order),
-                              plan.micro_batches, self._links) for order in orders)
+                              plan.micro_batches, self._links, self._optimizer)
+                   for order in orders)
