@@ -151,6 +151,10 @@ CASES = {
     "tiny-moe": ("tiny-moe", "dgx-a100", 2, 32, 512,
                  {"tp": [1, 2], "pp": [1, 2], "zero": [0, 3],
                   "recompute": ["selective"]}),
+    # every rank order: TP and CP groups across servers, DP groups inside one
+    "orders": ("gpt3-2.7b", "dgx-a100", 2, 16, 2048,
+               {"tp": [2, 4], "pp": [1, 2], "zero": [1, 2], "order": "all"}),
+    "pcie": ("gpt3-2.7b", "pcie-a100", 2, 16, 2048, {"tp": [2], "pp": [1, 2], "zero": [0, 3]}),
     "llama-cp": ("llama3-8b", "dgx-h100", 2, 8, 8192,
                  {"tp": [2, 4], "pp": [1, 2], "cp": [1, 2, 4], "zero": [1],
                   "recompute": ["full"]}),
