@@ -197,7 +197,7 @@ class ChainCosts:
 def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
     """``ChainCosts`` of ``plan``: compute as the lowering charges it
     (``program.stage_compute_times``: the sum of its templates), collectives as the
-    lowering emits them, each distinct layer costed once."""
+    lowering emits them."""
     from simtrain.parallel import program
     from simtrain.parallel.expert import split_expert
     from simtrain.workload.compute import op_time
@@ -217,16 +217,11 @@ def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
             times[key] = op_time(op, gpu, comp, dtype)
         return times[key]
 
-    seen: dict[tuple[object, ...], tuple[float, float, dict[str, float], dict[str, float]]] = {}
-
     def unit(u: Any) -> tuple[float, float, dict[str, float], dict[str, float]]:
-        key = (u.steps, u.layer >= 0)  # layers of one shape cost alike
-        if key not in seen:
-            fwd = program.forward(u, "forward", d.cp, duration)
-            bwd = program.backward(u, par.recompute, d.cp, duration)
-            seen[key] = (program.compute_seconds(fwd), program.compute_seconds(bwd),
-                         chain_comm_bytes(fwd, kinds), chain_comm_bytes(bwd, kinds))
-        return seen[key]
+        fwd = program.forward(u, "forward", d.cp, duration)
+        bwd = program.backward(u, par.recompute, d.cp, duration)
+        return (program.compute_seconds(fwd), program.compute_seconds(bwd),
+                chain_comm_bytes(fwd, kinds), chain_comm_bytes(bwd, kinds))
 
     out = ChainCosts([], [], [], [], [])
     for chunks in plan.units:
