@@ -14,11 +14,12 @@ The search has four stages:
 2. **Reject** impossible plans (``check_parallelism``) and those that do not fit in GPU
    memory (``memory_report``), without simulating either.
 3. **Branch and bound**: each feasible plan gets an analytical lower bound of its step time
-   (:func:`step_time_bound`), hence of its ranking key (time-to-train and cost grow with the
-   step time). Plans are simulated in increasing bound order (``sim.network: analytic``,
-   ``sim.granularity: stage``, symmetric fidelity where replicas are identical) and the
-   search stops once the next bound is no better than the k-th best simulated key; for a
-   Pareto ranking, plans whose bounds are dominated by a simulated plan are skipped.
+   (:mod:`simtrain.study.plan_bound`), hence of its ranking key (time-to-train and cost
+   grow with the step time). Plans are simulated in increasing bound order
+   (``sim.network: analytic``, ``sim.granularity: stage``, symmetric fidelity where
+   replicas are identical) and the search stops once the next bound is no better than
+   the k-th best simulated key; for a Pareto ranking, plans whose bounds are dominated by
+   a simulated plan are skipped.
 4. **Final runs**: the best k plans are simulated again with the flow network (link
    contention) unless ``final_network`` is "analytic", and ranked by that step time.
 """

@@ -4,7 +4,8 @@
 count; :class:`Checker` rejects the impossible ones (``check_parallelism``) and those that do
 not fit in memory (``memory_report``) and gives the others their step-time lower bound.
 Plans that differ only in ZeRO stage or rank order share one model shard and pipeline
-schedule, and (ZeRO aside) one memory report and bound: those are built once per shape.
+schedule, and (ZeRO aside) one memory report and the bound's chain costs: those are built
+once per shape.
 """
 
 from __future__ import annotations
