@@ -207,8 +207,8 @@ def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
     kinds = ["tp", "cp", "ep"]
     if par.tp_comm_overlap and scenario.sim.granularity != "stage":
         kinds.remove("tp")  # pipelined with their GEMMs (tensor.py): not serial
-    if par.schedule == "dualpipe":
-        kinds = []  # overlapped chunk pairs: one chain's collectives under the other's kernels
+    if any(step.overlap for steps in plan.schedule.stages for step in steps):
+        kinds = []  # overlapped chunk pairs (DualPipe): one's collectives under the other's kernels
     times: dict[tuple[object, ...], float] = {}
 
     def duration(op: Any) -> float:
