@@ -115,19 +115,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
         reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
         fsdp_reduce_dtype=par.fsdp.reduce_dtype,
     )
-    gpu, compute = cluster.gpu_spec, scenario.compute
-
-    def memory_time(nbytes: float) -> float:
-        return op_time(Op("optimizer", "elementwise", 0.0, nbytes, None, (), 0.0), gpu,
-                       compute)
-
-    def step(numels: list[int], shards: int) -> OptimizerStep:
-        return optimizer_step(numels, shards, bytes_per_param=options.optimizer_bytes_per_param,
-                              grad_bytes=options.grad_bytes_per_element,
-                              memory_time=memory_time,
-                              kernel_issue_s=compute.host_kernel_issue)
-
-    options = replace(options, optimizer_step=step)
+    options = replace(options, optimizer_step=optimizer_timer(scenario, cluster))
     if par.moe_dispatcher == "deepep" and plan.dims.ep > 1:
         dims = plan.dims
         problem = deepep_problem({dims.ep_group(r) for r in range(dims.world_size)},
@@ -139,6 +127,25 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
     timer = op_timer(scenario, cluster, plan.micro_batches)
     Lowering(graph, plan.units, plan.schedule, options, timer).run()
     return graph
+
+
+def optimizer_timer(scenario: Scenario, cluster: Cluster
+                    ) -> Callable[[list[int], int], OptimizerStep]:
+    """The optimizer step's kernels on one rank, from its parameter counts and shard."""
+    gpu, compute, train = cluster.gpu_spec, scenario.compute, scenario.training
+    per_param = optimizer_bytes_per_param(train.optimizer, train.dtype)
+    grad_bytes = DTYPE_BYTES[scenario.parallelism.ddp.grad_dtype]
+
+    def memory_time(nbytes: float) -> float:
+        return op_time(Op("optimizer", "elementwise", 0.0, nbytes, None, (), 0.0), gpu,
+                       compute)
+
+    def step(numels: list[int], shards: int) -> OptimizerStep:
+        return optimizer_step(numels, shards, bytes_per_param=per_param,
+                              grad_bytes=grad_bytes, memory_time=memory_time,
+                              kernel_issue_s=compute.host_kernel_issue)
+
+    return step
 
 
 def op_timer(scenario: Scenario, cluster: Cluster, micro_batches: int

@@ -196,12 +196,14 @@ def peak_in_flight(steps: Sequence[Step]) -> int:
     """Most chunk-microbatches whose forward ran and backward did not, over ``steps``; a
     split backward holds the activations until its W (the weight gradients need the saved
     inputs)."""
-    release = "W" if any(s.phase == "W" for s in steps) else "B"
+    phases = [s.phase for s in steps]
+    release = "W" if "W" in phases else "B"
     live = peak = 0
-    for s in steps:
-        if s.phase == "F":
+    for phase in phases:
+        if phase == "F":
             live += 1
-        elif s.phase == release:
+            if live > peak:
+                peak = live
+        elif phase == release:
             live -= 1
-        peak = max(peak, live)
     return peak

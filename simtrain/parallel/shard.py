@@ -27,6 +27,7 @@ At tp = cp = ep = 1 the ops are exactly those of ``lower_model`` (the same build
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
 from simtrain.parallel.templates import unhandled
@@ -101,7 +102,7 @@ class Unit:
     steps: tuple[Step, ...]
     layer: int = -1  # transformer layer index, -1 for embedding/head
 
-    @property
+    @cached_property  # read for every candidate's memory report and bound: built once
     def params(self) -> tuple[Param, ...]:
         return tuple(p for s in self.steps if isinstance(s, Compute) for p in s.op.params)
 

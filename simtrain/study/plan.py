@@ -14,11 +14,12 @@ The search has four stages:
 2. **Reject** impossible plans (``check_parallelism``) and those that do not fit in GPU
    memory (``memory_report``), without simulating either.
 3. **Branch and bound**: each feasible plan gets an analytical lower bound of its step time
-   (:func:`step_time_bound`), hence of its ranking key (time-to-train and cost grow with the
-   step time). Plans are simulated in increasing bound order (``sim.network: analytic``,
-   ``sim.granularity: stage``, symmetric fidelity where replicas are identical) and the
-   search stops once the next bound is no better than the k-th best simulated key; for a
-   Pareto ranking, plans whose bounds are dominated by a simulated plan are skipped.
+   (:mod:`simtrain.study.plan_bound`), hence of its ranking key (time-to-train and cost
+   grow with the step time). Plans are simulated in increasing bound order
+   (``sim.network: analytic``, ``sim.granularity: stage``, symmetric fidelity where
+   replicas are identical) and the search stops once the next bound is no better than
+   the k-th best simulated key; for a Pareto ranking, plans whose bounds are dominated by
+   a simulated plan are skipped.
 4. **Final runs**: the best k plans are simulated again with the flow network (link
    contention) unless ``final_network`` is "analytic", and ranked by that step time.
 """
@@ -31,6 +32,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from simtrain.errors import ScenarioError
+from simtrain.study.plan_bound import (
+    StageTail,
+    chain_costs,
+    plan_bound,
+    stage_compute_times,
+    step_time_bound,
+)
 from simtrain.study.plan_candidates import (
     Candidate,
     Checker,
@@ -51,49 +59,8 @@ from simtrain.study.plan_spec import (
 __all__ = ["RECOMPUTE_MODES", "ZERO_STAGES", "Candidate", "PlanResult", "PlanSpec",
            "candidate_scenario", "enumerate_candidates", "fmt_duration", "format_rows",
            "load_plan", "parse_count", "plan_spec", "search", "simulate_candidate",
-           "simulate_ranked", "stage_compute_times", "step_time_bound"]
-
-
-# ---- the analytical bound --------------------------------------------------------------
-
-
-def stage_compute_times(scenario: Any, cluster: Any, plan: Any
-                        ) -> list[list[tuple[float, float]]]:
-    """(forward, backward) seconds of compute per microbatch, per stage and model chunk.
-
-    The lowering's own accounting (``simtrain.parallel.program.stage_compute_times``: the
-    sum of its task templates, recompute included), without any communication, launch
-    waits or optimizer.
-    """
-    from simtrain.parallel.program import stage_compute_times as lowered
-    from simtrain.workload.compute import op_time
-
-    gpu, comp, dtype = cluster.gpu_spec, scenario.compute, scenario.training.dtype
-    return lowered(plan.units, cp=plan.dims.cp, recompute=scenario.parallelism.recompute,
-                   op_time=lambda op: op_time(op, gpu, comp, dtype))
-
-
-def step_time_bound(times: Sequence[Sequence[tuple[float, float]]], micro_batches: int
-                    ) -> float:
-    """A lower bound of the step time (s) from per-stage compute and the pipeline fill/drain.
-
-    Stage s cannot start before the first microbatch's forward has passed the stages
-    before it (their first chunk), then runs all its m microbatches' forward and backward
-    on one compute stream. With one chunk per stage (1F1B, GPipe) its last backward must
-    then travel back through the stages before it: step >= Σ_{j<s} (f_j + b_j) + m·c_s,
-    which for equal stages is the familiar (m + p - 1)·c. With virtual stages only the fill
-    is counted. Communication, launch waits and the optimizer count as zero, so a plan
-    whose bound exceeds a simulated step time cannot beat it.
-    """
-    best = 0.0
-    single = all(len(chunks) == 1 for chunks in times)
-    fill = drain = 0.0
-    for chunks in times:
-        work = micro_batches * sum(f + b for f, b in chunks)
-        best = max(best, fill + work + (drain if single else 0.0))
-        fill += chunks[0][0]
-        drain += chunks[0][1]
-    return best
+           "simulate_ranked", "StageTail", "chain_costs", "plan_bound", "stage_compute_times",
+           "step_time_bound"]
 
 
 # ---- the search ------------------------------------------------------------------------

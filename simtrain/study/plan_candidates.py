@@ -4,7 +4,8 @@
 count; :class:`Checker` rejects the impossible ones (``check_parallelism``) and those that do
 not fit in memory (``memory_report``) and gives the others their step-time lower bound.
 Plans that differ only in ZeRO stage or rank order share one model shard and pipeline
-schedule, and (ZeRO aside) one memory report and bound: those are built once per shape.
+schedule, and (ZeRO aside) one memory report and the bound's chain costs: those are built
+once per shape.
 """
 
 from __future__ import annotations
@@ -169,14 +170,16 @@ class Checker:
         self.spec, self.base, self.cluster, self.per_node = spec, base, cluster, per_node
         self._plans: dict[tuple[Any, ...], Any] = {}
         self._memory: dict[tuple[Any, ...], Any] = {}
+        self._chains: dict[tuple[Any, ...], Any] = {}
         self._bounds: dict[tuple[Any, ...], float] = {}
+        self._links: Any = None
+        self._optimizer: Any = None
 
     def __call__(self, cand: Candidate) -> None:
         from pydantic import ValidationError
 
         from simtrain.parallel.plan import ParallelismConfig, check_parallelism
         from simtrain.simulate import build_plan, memory_report
-        from simtrain.study.plan import stage_compute_times, step_time_bound
 
         spec, cluster = self.spec, self.cluster
         try:
@@ -215,9 +218,32 @@ class Checker:
             cand.status, cand.reason, cand.field = "oom", memory.describe(), "memory"
             return
         cand.status = "feasible"
-        key = (*shape, p["recompute"])
+        key = (*shape, p["zero"], p["recompute"])
         bound = self._bounds.get(key)
         if bound is None:
-            bound = self._bounds[key] = step_time_bound(
-                stage_compute_times(scenario, cluster, plan), plan.micro_batches)
+            bound = self._bounds[key] = self._bound(scenario, plan, (*shape, p["recompute"]))
         cand.bound_s = bound
+
+    def _bound(self, scenario: Any, plan: Any, shape: tuple[Any, ...]) -> float:
+        """The step-time bound (``plan_bound``) under the best of the searched rank orders
+        (the search gives every order of a plan one bound); the chain costs are shared by
+        the ZeRO stages and orders of a shape."""
+        from simtrain.study.plan_bound import (
+            chain_costs,
+            link_limits,
+            optimizer_seconds,
+            plan_bound,
+        )
+
+        if self._links is None:
+            self._links = link_limits(self.cluster)
+            self._optimizer = optimizer_seconds(scenario, self.cluster)  # ddp: the plan's
+        costs = self._chains.get(shape)
+        if costs is None:
+            costs = self._chains[shape] = chain_costs(scenario, self.cluster, plan)
+        d = plan.dims
+        orders = distinct_orders(self.spec.orders, {"tp": d.tp, "cp": d.cp, "pp": d.pp,
+                                                    "dp": d.dp})
+        return min(plan_bound(costs, scenario, self.cluster, replace(d, order=order),
+                              plan.micro_batches, self._links, self._optimizer)
+                   for order in orders)
