@@ -98,7 +98,6 @@ def model_body(key: str, shape: dict[str, Any], seq: int, *, layers: int | None 
             body["capacity_factor"] = 1.0
     if "head_dim" in shape and shape["head_dim"] * shape["heads"] != shape["hidden"]:
         body["head_dim"] = shape["head_dim"]
-        needs.append("head_dim != hidden/heads")
     if "kv_lora_rank" in shape:
         body["attention"] = "mla"
         body.update({k: shape[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim",
@@ -113,7 +112,8 @@ def model_body(key: str, shape: dict[str, Any], seq: int, *, layers: int | None 
         needs.append("shared experts")
     if "attention" in shape and "sliding" in str(shape["attention"]):
         body["sliding_window"] = 128
-        needs.append("sliding-window attention")
+        if "alternate" in str(shape["attention"]):  # window_attn_skip_freq 2: every 2nd full
+            body["sliding_window_pattern"] = 2
     return body, needs
 
 

@@ -45,7 +45,7 @@ def matmul_params(model: ModelConfig) -> float:
     O projections ``h·(a + 2g)·d + a·d·h`` and the MLP of the active experts
     (``3·h·f`` gated, ``2·h·f`` otherwise, times top-k for MoE), plus the output layer
     ``h·V``; embeddings and norms excluded."""
-    h, d, a, g = model.hidden_size, model.head_dim, model.num_heads, model.kv_heads
+    h, d, a, g = model.hidden_size, model.kv_channels, model.num_heads, model.kv_heads
     attention = h * (a + 2 * g) * d + a * d * h
     ffn = model.expert_ffn_size if model.is_moe else model.ffn_size
     mlp = (3 if model.activation == "swiglu" else 2) * h * ffn
@@ -75,7 +75,8 @@ def formula_flops(kind: str, scenario: Scenario) -> float:
             b, s, m.num_layers, m.hidden_size, m.vocab_size, heads=m.num_heads,
             query_groups=m.kv_heads, ffn_hidden=m.expert_ffn_size if m.is_moe else m.ffn_size,
             swiglu=m.activation == "swiglu",
-            experts_per_token=m.experts_per_token if m.is_moe else 1)
+            experts_per_token=m.experts_per_token if m.is_moe else 1,
+            kv_channels=m.kv_channels)
     if kind == "nemo-full-attention":
         return nemo_full_attention_flops(m, float(b * s), s)
     raise ValueError(f"unknown FLOP formula {kind!r}; expected one of: {', '.join(FORMULAS)}")

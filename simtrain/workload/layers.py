@@ -111,19 +111,44 @@ def _norm(name: str, cfg: ModelConfig, m: int, dt: int) -> Op:
     return norm(name, cfg.hidden_size, cfg.norm == "layernorm", m, dt)
 
 
+def layer_window(cfg: ModelConfig, i: int) -> int | None:
+    """The sliding window of layer ``i`` (None: full attention): every layer's when
+    ``sliding_window_pattern`` is 1, else all but layers n-1, 2n-1, ... (n the pattern)."""
+    n = cfg.sliding_window_pattern
+    if cfg.sliding_window is None or (n > 1 and (i + 1) % n == 0):
+        return None
+    return cfg.sliding_window
+
+
+def attended_keys(seq: int, window: int | None) -> float:
+    """Keys per query in the non-causal FLOP convention (s for full attention).
+
+    A causal mask keeps s²/2 of the s² (query, key) pairs; a window w also drops the
+    (s - w)²/2 pairs more than w keys back, leaving w·s - w²/2 causal pairs, i.e. the
+    non-causal count of 2w - w²/s keys per query (w >= s: s). s = 4096, w = 128: 252.
+    """
+    if window is None or window >= seq:
+        return float(seq)
+    return 2.0 * window - window * window / seq
+
+
 def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int, q: int,
-                  kv: int, dt: int) -> list[Op]:
+                  kv: int, dt: int, window: int | None = None) -> list[Op]:
     """Core attention of ``heads`` heads: ``sq`` queries of ``b`` sequences over ``sk`` keys.
 
     q and kv are the query and key/value widths (heads · head_dim). Flash: one fused
-    kernel (``flash_attention``). Standard (Megatron 2020): scores = QKᵀ as one batched
-    GEMM (b·heads·sq, sk, d), fused scale-mask-softmax over the E = b·heads·sq·sk scores
-    (read and write, output saved), dropout (writes a 1-byte mask) when the model has
-    dropout, context = PV as a batched GEMM (b·heads·sq, d, sk): the same 4·b·sq·sk·q
-    FLOPs, plus ~4·E·dt bytes of traffic. Every kernel has the "core_attention" role.
+    kernel (``flash_attention``) over the ``attended_keys`` of a sliding ``window``
+    (a flash kernel skips the key blocks outside it; standard kernels compute and mask
+    every score, so the window does not shorten them). Standard (Megatron 2020): scores =
+    QKᵀ as one batched GEMM (b·heads·sq, sk, d), fused scale-mask-softmax over the
+    E = b·heads·sq·sk scores (read and write, output saved), dropout (writes a 1-byte
+    mask) when the model has dropout, context = PV as a batched GEMM (b·heads·sq, d, sk):
+    the same 4·b·sq·sk·q FLOPs, plus ~4·E·dt bytes of traffic. Every kernel has the
+    "core_attention" role.
     """
     if cfg.attention_kernel == "flash":
-        return [flash_attention(f"{p}.attn.core", b, heads, sq, sk, q, kv, dt)]
+        keys = sk if window is None else attended_keys(sk, window)
+        return [flash_attention(f"{p}.attn.core", b, heads, sq, keys, q, kv, dt)]
     m, d = b * sq, q // heads
     rows, e = b * heads * sq, b * heads * sq * sk
     core: Literal["core_attention"] = "core_attention"
@@ -179,7 +204,7 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
     sl = s // shard.cp
     m = b * sl
     mn = m // t if shard.sp else m  # tokens of norms and residuals
-    d = cfg.head_dim
+    d = cfg.kv_channels
     al = cfg.num_heads // t
     kvl = kv_heads_per_rank(cfg.kv_heads, t) * d
     hl = al * d
@@ -195,7 +220,7 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
         items.append(ContextAttention(f"{p}.attn.kv_allgather", core,
                                       float(dt * m * 2 * kvl)))
     else:
-        items += attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt)
+        items += attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt, layer_window(cfg, i))
     items += [gemm(f"{p}.attn.proj", m, h, hl, dt, cfg.bias, dt * m * hl),
               Site(f"{p}.attn.g", "g", act),
               elementwise(f"{p}.attn.residual", 2 * mn * h, mn * h, ADD_FLOPS, dt),

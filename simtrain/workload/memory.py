@@ -93,14 +93,14 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     MHA, gelu, 4h and cp = 1 this is exactly ``korthikanti_activation_bytes``.
     """
     h, sl = cfg.hidden_size, s // cp
-    kv = cfg.kv_heads * cfg.head_dim
+    kv, q = cfg.kv_heads * cfg.kv_channels, cfg.q_width
     unit = dtype_bytes / 2.0  # the counts below are for 16-bit elements
     if recompute == "full":
         return 2.0 * sl * b * h * unit / (tp if sp else 1)
     rep = tp if sp else 1
     mask = 1.0 if cfg.dropout_masks else 0.0
     replicated = (4.0 + 2.0 + mask + 2.0 + mask) * sl * b * h
-    attn = (2.0 * (h + 2 * kv) + 2.0 * h) * sl * b
+    attn = (2.0 * (q + 2 * kv) + 2.0 * q) * sl * b
     if cfg.attention_kernel == "standard" and recompute == "none":
         attn += (4.0 + mask) * cfg.num_heads * sl * s * b
     if cfg.is_moe:

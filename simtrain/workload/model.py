@@ -21,7 +21,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from simtrain.workload.layers import Shard, attention_ops, block, embedding, head, moe_ops
+from simtrain.workload.layers import (
+    Shard,
+    attended_keys,
+    attention_ops,
+    block,
+    embedding,
+    head,
+    layer_window,
+    moe_ops,
+)
 from simtrain.workload.ops import OP_KINDS, Op, Param, backward_ops
 
 # Re-exported: the kernels and their constructors live in ops.py and layers.py.
@@ -103,6 +112,18 @@ class ModelConfig(BaseModel):
     hidden_size: int
     num_heads: int
     num_kv_heads: int | None = None
+    # Width of one attention head (None: hidden_size / num_heads, filled in on validation).
+    # Qwen3 and GPT-OSS set it apart from h/a (Qwen3-32B: 64 heads of 128 on h = 5120): the
+    # Q/K/V projections are h -> heads·head_dim, the output projection heads·head_dim -> h.
+    head_dim: int | None = None
+    # Sliding-window attention (Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023): each
+    # query attends to at most the ``sliding_window`` latest keys (itself included), so a
+    # flash kernel skips the key blocks beyond the window. ``sliding_window_pattern`` n > 1
+    # keeps full attention in every n-th layer (layers n-1, 2n-1, ...): GPT-OSS alternates
+    # (n = 2, OpenAI gpt-oss model card 2025), Gemma 3 runs 5 local then 1 global (n = 6);
+    # 1 = every layer slides (Mistral).
+    sliding_window: int | None = None
+    sliding_window_pattern: int = 1
     ffn_hidden_size: int | None = None
     activation: Literal["gelu", "swiglu"] = "gelu"
     vocab_size: int
@@ -145,8 +166,9 @@ class ModelConfig(BaseModel):
             return {**_FAMILY_DEFAULTS[data.get("family", "gpt")], **data}
         return data
 
-    @field_validator("num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                     "ffn_hidden_size", "vocab_size", "max_seq_len")
+    @field_validator("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                     "sliding_window", "sliding_window_pattern", "ffn_hidden_size",
+                     "vocab_size", "max_seq_len")
     @classmethod
     def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None and value <= 0:
@@ -156,9 +178,12 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _shapes(self) -> ModelConfig:
         h, a = self.hidden_size, self.num_heads
-        if h % a:
-            raise ValueError(f"model.hidden_size {h} is not divisible by num_heads {a}; pick "
-                             f"num_heads dividing {h} (e.g. {h // 128 or 1} heads of 128)")
+        if self.head_dim is None:
+            if h % a:
+                raise ValueError(f"model.hidden_size {h} is not divisible by num_heads {a}; "
+                                 f"pick num_heads dividing {h} (e.g. {h // 128 or 1} heads of "
+                                 f"128) or set model.head_dim")
+            self.head_dim = h // a
         if self.num_kv_heads is None:
             self.num_kv_heads = a
         if a % self.num_kv_heads:
@@ -189,9 +214,15 @@ class ModelConfig(BaseModel):
         return self.moe_ffn_hidden_size or self.ffn_size
 
     @property
-    def head_dim(self) -> int:
-        """Width of one attention head, h / a."""
-        return self.hidden_size // self.num_heads
+    def kv_channels(self) -> int:
+        """Width of one attention head (Megatron's ``kv_channels``): ``head_dim``, filled in
+        on validation (h / a unless set)."""
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+    @property
+    def q_width(self) -> int:
+        """Query (and attention output) features: heads · head_dim (= h unless set)."""
+        return self.num_heads * self.kv_channels
 
     @property
     def kv_heads(self) -> int:
@@ -206,7 +237,7 @@ class ModelConfig(BaseModel):
     @property
     def qkv_width(self) -> int:
         """Output features of the fused QKV projection: (a + 2·g)·d."""
-        return (self.num_heads + 2 * self.kv_heads) * self.head_dim
+        return (self.num_heads + 2 * self.kv_heads) * self.kv_channels
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +283,7 @@ def num_parameters(cfg: ModelConfig) -> int:
                    + ((2 * fe if gated else fe) + h if cfg.bias else 0)) + h * e
     else:
         mlp = (3 if gated else 2) * h * f + ((2 * f if gated else f) + h if cfg.bias else 0)
-    attn = h * cfg.qkv_width + h * h + (cfg.qkv_width + h if cfg.bias else 0)
+    attn = h * cfg.qkv_width + cfg.q_width * h + (cfg.qkv_width + h if cfg.bias else 0)
     layer = attn + mlp + 2 * norm
     pos = cfg.max_seq_len * h if cfg.position_embedding == "learned" else 0
     head = 0 if cfg.tied_embeddings else v * h
@@ -267,13 +298,17 @@ def model_flops_per_step(cfg: ModelConfig, tokens: int, seq_len: int) -> float:
     12·T·l·h²·[(1 + g/a + s/h)·(a·d/h) + (ffn/h)·(3/2 if swiglu else 1) + V/(2·l·h)],
     which for MHA, ffn = 4h, gelu is 72·T·l·h²·(1 + s/(6h) + V/(12·l·h)) (T = B·s tokens).
     For MoE the MLP term uses the expert width times top-k (the router is not counted).
+    ``head_dim`` enters as Megatron's ``kv_channels`` (q_proj = a·d); with sliding windows
+    the s of the attention term is each layer's ``attended_keys``, averaged over layers.
     Equals 3× the forward FLOPs of the GEMM and attention ops of ``lower_model``.
     """
     if tokens <= 0 or seq_len <= 0:
         raise ValueError(f"tokens and seq_len must be positive, got {tokens} and {seq_len}")
     h, layers, s = cfg.hidden_size, cfg.num_layers, seq_len
-    q_ratio = cfg.num_heads * cfg.head_dim / h
-    attn = (1 + cfg.kv_heads / cfg.num_heads + s / h) * q_ratio
+    q_ratio = cfg.q_width / h
+    # Keys per query, averaged over the layers (s without sliding windows).
+    keys = sum(attended_keys(s, layer_window(cfg, i)) for i in range(layers)) / layers
+    attn = (1 + cfg.kv_heads / cfg.num_heads + keys / h) * q_ratio
     ffn, k = ((cfg.expert_ffn_size, cfg.experts_per_token) if cfg.is_moe
               else (cfg.ffn_size, 1))
     mlp = ffn / h * k * (1.5 if cfg.activation == "swiglu" else 1.0)

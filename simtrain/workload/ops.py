@@ -86,7 +86,7 @@ def elementwise(name: str, reads: int, writes: int, flops_per: float, dt: int,
               float(save))
 
 
-def flash_attention(name: str, b: int, heads: int, sq: int, sk: int, q: int, kv: int,
+def flash_attention(name: str, b: int, heads: int, sq: int, sk: float, q: int, kv: int,
                     dt: int) -> Op:
     """Fused (flash) core attention: 4·b·sq·sk·q FLOPs (non-causal convention) reading q,
     k, v, writing o and the fp32 logsumexp; saves q, k, v and the logsumexp."""
