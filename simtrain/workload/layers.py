@@ -30,14 +30,13 @@ from typing import TYPE_CHECKING, Literal
 from simtrain.workload.ops import (
     ACT_FLOPS,
     ADD_FLOPS,
-    FP32,
-    IDS,
-    LOSS_FLOPS,
     ROPE_FLOPS,
     SOFTMAX_FLOPS,
     Op,
     Param,
+    cross_entropy,
     elementwise,
+    embedding_lookup,
     flash_attention,
     gemm,
     norm,
@@ -248,9 +247,7 @@ def embedding(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> LayerP
     h, t = cfg.hidden_size, shard.tp
     m = b * (s // shard.cp)
     rows = padded_vocab(cfg, t) // t
-    items: list[Item] = [Op("embedding.word", "embedding", 0.0,
-                            float(IDS * m + 2 * dt * m * h), None,
-                            (Param("embedding.word.weight", rows * h),), float(IDS * m))]
+    items: list[Item] = [embedding_lookup("embedding.word", rows, h, m, dt)]
     if cfg.position_embedding == "learned":
         items.append(Op("embedding.position", "embedding", ADD_FLOPS * m * h,
                         float(dt * (s * h + 2 * m * h)), None,
@@ -260,8 +257,8 @@ def embedding(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> LayerP
 
 
 def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> list[LayerProgram]:
-    """Final norm, then the vocab-parallel LM head GEMM (V/t per rank) and the fp32
-    softmax cross-entropy (reads the logits, writes and saves the fp32 softmax).
+    """Final norm, then the vocab-parallel LM head GEMM (V/t per rank) and the unfused fp32
+    softmax cross-entropy over its logits (``cross_entropy``: the fp32 softmax is saved).
 
     Tied embeddings share the word embedding's weight when it lives on the same rank
     (pp = 1); with pp > 1 the last stage holds its own copy, as Megatron does.
@@ -274,7 +271,6 @@ def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> list[LayerP
     if cfg.tied_embeddings and shard.pp == 1:
         logits = Op(logits.name, logits.kind, logits.flops, logits.bytes, logits.gemm_shape,
                     (), logits.activation_bytes)
-    loss = Op("lm_head.loss", "loss", LOSS_FLOPS * m * v,
-              float((dt + FP32) * m * v + IDS * m), None, (), float(FP32 * m * v + IDS * m))
+    loss = cross_entropy("lm_head.loss", m, v, dt)
     return [LayerProgram("final_norm", (_norm("final_norm", cfg, mn, dt),)),
             LayerProgram("lm_head", (Site("lm_head.f", "f", float(dt * m * h)), logits, loss))]

@@ -181,7 +181,9 @@ def test_backward_ops() -> None:
     assert norm_bwd.bytes == 2 * norm.bytes and norm_bwd.params == norm.params
     word = lower_model(_small_gpt(), 1, 16)[0].ops[0]
     (word_bwd,) = backward_ops(word)
-    assert word_bwd.kind == "embedding" and word_bwd.bytes == 1.5 * word.bytes
+    # The dense table gradient: 1.5 x the 4,224 B of token traffic (8·16 ids + 2·2·16·64)
+    # + (2·dt + 2·fp32)·V·h = 12·1000·64: 6,336 + 768,000 = 774,336 bytes.
+    assert word_bwd.kind == "embedding" and word_bwd.bytes == 774_336
     # Roles as fields: the input gradient (zero-bubble B) and the weight gradient (W).
     assert (dgrad.grad, wgrad.grad, attn_bwd.grad, norm_bwd.grad) == (
         "input", "weight", "input", "input")
@@ -326,3 +328,17 @@ def test_sliding_window_layers_and_flops_by_hand() -> None:
             if op.kind == "attention"] == [28_672, 28_672]
     with pytest.raises(ValueError, match="positive"):
         _small_gpt(sliding_window=0)
+
+
+def test_cross_entropy_passes_by_hand() -> None:
+    from simtrain.workload.ops import cross_entropy
+
+    # m = 4 tokens, v = 10 logits, bf16: E = 40. Forward 2 + 9·4 = 38 B per logit + 8 B per
+    # target: 1,520 + 32 = 1,552; backward (3·4 + 2)·40 + 32 = 592; saves the fp32 softmax
+    # 160 B + targets 32. fp32 logits: (8·4)·40 + 32 = 1,312 and (2·4)·40 + 32 = 352.
+    loss = cross_entropy("loss", 4, 10, 2)
+    assert (loss.bytes, loss.backward_bytes, loss.activation_bytes) == (1552, 592, 192)
+    (bwd,) = backward_ops(loss)
+    assert bwd.bytes == 592 and bwd.grad == "input"
+    fp32 = cross_entropy("loss", 4, 10, 4)
+    assert (fp32.bytes, fp32.backward_bytes) == (1312, 352)
