@@ -21,27 +21,22 @@ def _options(**kw):
                         overlap=True, optimizer_bytes_per_param=0, **kw)
 
 
-def test_stage_granularity_sums_kernels_per_layer_and_aggregates_collectives():
-    # Layer 0: two kernels (1 + 2 s) with TP all-reduces (10 + 30 bytes) between them, in
-    # an FSDP unit; then layer 1 (4 s) with one all-reduce (5 bytes). Per layer one compute
-    # task (3 s of 2 kernels, named after its first and last kernel; then 4 s), the FSDP
-    # all-gather and reduce-scatter in place, the TP aggregate (45 bytes) after the step.
+def test_stage_granularity_sums_kernels_and_aggregates_collectives_per_group_and_op():
+    # Two kernels (1 + 2 s), two TP all-reduces (10 + 30 bytes) and an FSDP pair:
+    # one 3 s compute task of 2 kernels (the host issues both) named after the first and
+    # last template, the all-gather before it, the aggregates after it in first-seen order.
     ts = [ParamGather("fsdp ag x", 5.0),
-          Kernel("a", "backward", base=1.0, flops=4.0, layer=0, params=("w1",)),
+          Kernel("a", "backward", base=1.0, flops=4.0, params=("w1",)),
           Collective("a.g", "tp_comm", "all_reduce", "tp", 10.0),
-          Kernel("b", "backward", base=2.0, flops=6.0, layer=0, params=("w2",)),
+          Kernel("b", "backward", base=2.0, flops=6.0, params=("w2",)),
           Collective("b.g", "tp_comm", "all_reduce", "tp", 30.0),
-          GradScatter("fsdp rs x", 7.0),
-          Kernel("c", "backward", base=4.0, flops=1.0, layer=1, params=("w3",)),
-          Collective("c.g", "tp_comm", "all_reduce", "tp", 5.0)]
+          GradScatter("fsdp rs x", 7.0)]
     out = fuse(ts, "stage", "backward")
-    assert out == [ParamGather("fsdp ag x", 5.0),
-                   Kernel("backward a..b", "backward", base=3.0, flops=10.0, layer=0,
+    assert out == [ParamGather("dp all_gather", 5.0),
+                   Kernel("backward fsdp ag x..fsdp rs x", "backward", base=3.0, flops=10.0,
                           params=("w1", "w2"), kernels=2),
-                   GradScatter("fsdp rs x", 7.0),
-                   Kernel("backward c..c", "backward", base=4.0, flops=1.0, layer=1,
-                          params=("w3",)),
-                   Collective("tp all_reduce", "tp_comm", "all_reduce", "tp", 45.0)]
+                   Collective("tp all_reduce", "tp_comm", "all_reduce", "tp", 40.0),
+                   GradScatter("dp reduce_scatter", 7.0)]
 
 
 def test_layer_granularity_fuses_kernels_of_one_layer_between_collectives():
