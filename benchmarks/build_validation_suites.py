@@ -117,7 +117,8 @@ def model_body(key: str, shape: dict[str, Any], seq: int, *, layers: int | None 
         body["shared_expert_ffn_size"] = shape["shared_expert_ffn"]
     if "attention" in shape and "sliding" in str(shape["attention"]):
         body["sliding_window"] = 128
-        needs.append("sliding-window attention")
+        if "alternate" in str(shape["attention"]):  # window_attn_skip_freq 2: every 2nd full
+            body["sliding_window_pattern"] = 2
     return body, needs
 
 

@@ -8,7 +8,7 @@ from suite_sources import ORDER, Shapes, SuiteSpec, make_row, slug, unique
 
 # torchtitan's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s, 500 W (not the 80 GB SXM5 part).
 GRAND_TETON_GPU = "h100-96gb-hbm2e-500w"
-GRAND_TETON_NEED = "GPU H100 96GB HBM2e 500 W (Grand Teton; not in the catalogue)"
+# In the catalogue since 1 Dec 2026 (simtrain/hardware/gpus.py), so no longer a need.
 TITAN_CHOICES = [
     "Not stated, chosen: FSDP2 is zero 3 over the data-parallel group; global batch = local",
     "batch x FSDP degree where not stated; with PP the local batch splits into pp",
@@ -56,7 +56,7 @@ def torchtitan_2024_12(source: dict[str, Any], shapes: Shapes) -> list[dict[str,
             published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model=r["model"],
             shapes=shapes, seq=seq, system="DGX-H100", gpus=r["gpus"], gbs=gbs, mbs=mbs,
             tp=tp, pp=pp, cp=cp, vp=vp, dp=fsdp, fsdp=True, prec=_titan_prec(r["techniques"]),
-            gpu=GRAND_TETON_GPU, par=par, needs=[GRAND_TETON_NEED, *needs]))
+            gpu=GRAND_TETON_GPU, par=par, needs=needs))
     return unique(rows)
 
 
@@ -72,7 +72,7 @@ def torchtitan_async_tp(source: dict[str, Any], shapes: Shapes) -> list[dict[str
                 shapes=shapes, seq=r["seq_inf"], system="DGX-H100", gpus=r["gpus"],
                 gbs=r["lbs"] * r["fsdp"], mbs=r["lbs"], tp=r["tp"], dp=r["fsdp"], fsdp=True,
                 prec=_titan_prec(r["prec"]), gpu=GRAND_TETON_GPU, par=par,
-                needs=[GRAND_TETON_NEED, *needs]))
+                needs=needs))
     return unique(rows)
 
 
@@ -101,7 +101,7 @@ def torchtitan_docs(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
             shapes=shapes, seq=seq, system="DGX-H100" if h100 else "DGX-A100", gpus=r["gpus"],
             gbs=r["gbs"], mbs=r["lbs"], tp=r.get("tp", 1), dp=r["fsdp"], fsdp=True,
             prec=_titan_prec(optim), gpu=GRAND_TETON_GPU if h100 else "a100-80gb", par=par,
-            needs=[GRAND_TETON_NEED] * h100 + needs))
+            needs=needs))
     return unique(rows)
 
 
@@ -176,7 +176,7 @@ def deepseek_v3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
         ep=64, dp=128, prec="fp8 blockwise", gpu="h800",
         par={"schedule": "dualpipe", "moe_dispatcher": "deepep"},
         model_extra={"routing_node_limit": 4},  # "each token ... to at most 4 nodes"
-        needs=["H800 GPU", "DualPipe schedule"])
+        needs=["DualPipe schedule"])
         for r in source["rows"]]
 
 

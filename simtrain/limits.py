@@ -85,7 +85,7 @@ def size_problems(scenario: Scenario) -> list[tuple[str, str]]:
     model, train = scenario.model, scenario.training
     over("model.num_layers", model.num_layers, MAX_LAYERS, "layers")
     for name in ("hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_heads",
-                 "num_kv_heads"):
+                 "num_kv_heads", "head_dim"):
         over(f"model.{name}", getattr(model, name), MAX_WIDTH, name.replace("_", " "))
     over("model.vocab_size", model.vocab_size, MAX_VOCAB, "vocabulary entries")
     over("model.max_seq_len", model.max_seq_len, MAX_SEQ_LEN, "tokens")

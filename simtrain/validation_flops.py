@@ -75,7 +75,8 @@ def formula_flops(kind: str, scenario: Scenario) -> float:
             b, s, m.num_layers, m.hidden_size, m.vocab_size, heads=m.num_heads,
             query_groups=m.kv_heads, ffn_hidden=m.expert_ffn_size if m.is_moe else m.ffn_size,
             swiglu=m.activation == "swiglu",
-            experts_per_token=m.experts_per_token if m.is_moe else 1)
+            experts_per_token=m.experts_per_token if m.is_moe else 1,
+            kv_channels=m.kv_channels)
     if kind == "nemo-full-attention":
         return nemo_full_attention_flops(m, float(b * s), s)
     raise ValueError(f"unknown FLOP formula {kind!r}; expected one of: {', '.join(FORMULAS)}")

@@ -116,6 +116,25 @@ _CATALOGUE = [
     _spec("h100-sxm", "H100 SXM5 80GB", "hopper",
           tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
           hbm_gib=80, hbm_tb_s=3.35, sms=132, nvlink_gb_s=450, pcie_gb_s=64),
+    # H800 SXM (the export variant of H100 SXM): hardware.yaml "H800 SXM" gives only the
+    # DeepSeek-V3 report's "NVLink offers a bandwidth of 160 GB/s" (an achieved figure).
+    # NVIDIA's H800 SXM5 datasheet (general knowledge): the H100 SXM's tensor peaks
+    # (1,979 bf16 / 3,958 fp8 TFLOP/s with sparsity -> 989.4 / 1978.9 dense), 80 GB HBM3
+    # at 3.35 TB/s, 132 SMs, and NVLink cut to 400 GB/s: 8 NVLink4 links, 200 GB/s per
+    # direction (160 GB/s achieved is 80% of it, as NCCL reaches on H100's 450).
+    _spec("h800", "H800 SXM5 80GB", "hopper",
+          tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
+          hbm_gib=80, hbm_tb_s=3.35, sms=132, nvlink_gb_s=200, pcie_gb_s=64),
+    # Meta Grand Teton's H100: measured_runs.yaml (torchtitan benchmarks, hardware) "H100
+    # SXM-class, 96GB HBM2e, 2.4 TB/s, default 500W power limit"; torchtitan
+    # docs/performance.md "H100 (94/95GB HBM2e, lower TDP)" -> 94 GiB visible. The GH100
+    # die (132 SMs) and NVLink4 (450 GB/s per direction, "fully connected" as stated) are
+    # H100 SXM's, and so are the nominal tensor peaks, which torchtitan's MFU also uses
+    # ("overstates the lower-TDP part's peak"): simtrain does not model the 500 W cap's
+    # lower sustained clock, so runs on this part read optimistic by that clock ratio.
+    _spec("h100-96gb-hbm2e-500w", "H100 SXM 96GB HBM2e (500 W)", "hopper",
+          tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
+          hbm_gib=94, hbm_tb_s=2.4, sms=132, nvlink_gb_s=450, pcie_gb_s=64),
     # hardware.yaml "H100 PCIe": only bf16 756 (torchtitan). Filled from the NVIDIA H100 PCIe
     # datasheet (general knowledge): fp16 756, fp8 1513 and tf32 378 (half the "with
     # sparsity" figures), fp32 51.2, HBM2e 2.0 TB/s, 114 SMs. NVLink bridge not modelled.

@@ -31,14 +31,13 @@ from simtrain.workload.mla import mla_attention, mla_projections, mla_widths
 from simtrain.workload.ops import (
     ACT_FLOPS,
     ADD_FLOPS,
-    FP32,
-    IDS,
-    LOSS_FLOPS,
     ROPE_FLOPS,
     SOFTMAX_FLOPS,
     Op,
     Param,
+    cross_entropy,
     elementwise,
+    embedding_lookup,
     flash_attention,
     gemm,
     norm,
@@ -120,19 +119,44 @@ def _norm(name: str, cfg: ModelConfig, m: int, dt: int) -> Op:
     return norm(name, cfg.hidden_size, cfg.norm == "layernorm", m, dt)
 
 
+def layer_window(cfg: ModelConfig, i: int) -> int | None:
+    """The sliding window of layer ``i`` (None: full attention): every layer's when
+    ``sliding_window_pattern`` is 1, else all but layers n-1, 2n-1, ... (n the pattern)."""
+    n = cfg.sliding_window_pattern
+    if cfg.sliding_window is None or (n > 1 and (i + 1) % n == 0):
+        return None
+    return cfg.sliding_window
+
+
+def attended_keys(seq: int, window: int | None) -> float:
+    """Keys per query in the non-causal FLOP convention (s for full attention).
+
+    A causal mask keeps s²/2 of the s² (query, key) pairs; a window w also drops the
+    (s - w)²/2 pairs more than w keys back, leaving w·s - w²/2 causal pairs, i.e. the
+    non-causal count of 2w - w²/s keys per query (w >= s: s). s = 4096, w = 128: 252.
+    """
+    if window is None or window >= seq:
+        return float(seq)
+    return 2.0 * window - window * window / seq
+
+
 def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int, q: int,
-                  kv: int, dt: int) -> list[Op]:
+                  kv: int, dt: int, window: int | None = None) -> list[Op]:
     """Core attention of ``heads`` heads: ``sq`` queries of ``b`` sequences over ``sk`` keys.
 
     q and kv are the query and key/value widths (heads · head_dim). Flash: one fused
-    kernel (``flash_attention``). Standard (Megatron 2020): scores = QKᵀ as one batched
-    GEMM (b·heads·sq, sk, d), fused scale-mask-softmax over the E = b·heads·sq·sk scores
-    (read and write, output saved), dropout (writes a 1-byte mask) when the model has
-    dropout, context = PV as a batched GEMM (b·heads·sq, d, sk): the same 4·b·sq·sk·q
-    FLOPs, plus ~4·E·dt bytes of traffic. Every kernel has the "core_attention" role.
+    kernel (``flash_attention``) over the ``attended_keys`` of a sliding ``window``
+    (a flash kernel skips the key blocks outside it; standard kernels compute and mask
+    every score, so the window does not shorten them). Standard (Megatron 2020): scores =
+    QKᵀ as one batched GEMM (b·heads·sq, sk, d), fused scale-mask-softmax over the
+    E = b·heads·sq·sk scores (read and write, output saved), dropout (writes a 1-byte
+    mask) when the model has dropout, context = PV as a batched GEMM (b·heads·sq, d, sk):
+    the same 4·b·sq·sk·q FLOPs, plus ~4·E·dt bytes of traffic. Every kernel has the
+    "core_attention" role.
     """
     if cfg.attention_kernel == "flash":
-        return [flash_attention(f"{p}.attn.core", b, heads, sq, sk, q, kv, dt)]
+        keys = sk if window is None else attended_keys(sk, window)
+        return [flash_attention(f"{p}.attn.core", b, heads, sq, keys, q, kv, dt)]
     m, d = b * sq, q // heads
     rows, e = b * heads * sq, b * heads * sq * sk
     core: Literal["core_attention"] = "core_attention"
@@ -186,7 +210,8 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
     return router, experts
 
 
-def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard
+def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard,
+               window: int | None = None
                ) -> tuple[list[Item], int]:
     """The attention block's kernels from the QKV (or MLA) projections through the core,
     and the output projection's input width (heads · value width) on one rank."""
@@ -220,7 +245,7 @@ def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard
                                       float(dt * m * 2 * kvl), float(dt * m * hl),
                                       float(dt * m * hl)))
     else:
-        items += attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt)
+        items += attention_ops(cfg, p, b, al, sl, s, hl, kvl, dt, window)
     return items, hl
 
 
@@ -244,7 +269,7 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
     act = float(dt * m * h)
     p = f"layers.{i}"
     items: list[Item] = [_norm(f"{p}.input_norm", cfg, mn, dt), Site(f"{p}.attn.f", "f", act)]
-    attention, out_width = _attention(cfg, p, b, s, dt, shard)
+    attention, out_width = _attention(cfg, p, b, s, dt, shard, layer_window(cfg, i))
     items += attention
     items += [gemm(f"{p}.attn.proj", m, h, out_width, dt, cfg.bias, dt * m * out_width),
               Site(f"{p}.attn.g", "g", act),
@@ -281,9 +306,7 @@ def embedding(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> LayerP
     h, t = cfg.hidden_size, shard.tp
     m = b * (s // shard.cp)
     rows = padded_vocab(cfg, t) // t
-    items: list[Item] = [Op("embedding.word", "embedding", 0.0,
-                            float(IDS * m + 2 * dt * m * h), None,
-                            (Param("embedding.word.weight", rows * h),), float(IDS * m))]
+    items: list[Item] = [embedding_lookup("embedding.word", rows, h, m, dt)]
     if cfg.position_embedding == "learned":
         items.append(Op("embedding.position", "embedding", ADD_FLOPS * m * h,
                         float(dt * (s * h + 2 * m * h)), None,
@@ -293,8 +316,8 @@ def embedding(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> LayerP
 
 
 def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> list[LayerProgram]:
-    """Final norm, then the vocab-parallel LM head GEMM (V/t per rank) and the fp32
-    softmax cross-entropy (reads the logits, writes and saves the fp32 softmax).
+    """Final norm, then the vocab-parallel LM head GEMM (V/t per rank) and the unfused fp32
+    softmax cross-entropy over its logits (``cross_entropy``: the fp32 softmax is saved).
 
     Tied embeddings share the word embedding's weight when it lives on the same rank
     (pp = 1); with pp > 1 the last stage holds its own copy, as Megatron does.
@@ -307,7 +330,6 @@ def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> list[LayerP
     if cfg.tied_embeddings and shard.pp == 1:
         logits = Op(logits.name, logits.kind, logits.flops, logits.bytes, logits.gemm_shape,
                     (), logits.activation_bytes)
-    loss = Op("lm_head.loss", "loss", LOSS_FLOPS * m * v,
-              float((dt + FP32) * m * v + IDS * m), None, (), float(FP32 * m * v + IDS * m))
+    loss = cross_entropy("lm_head.loss", m, v, dt)
     return [LayerProgram("final_norm", (_norm("final_norm", cfg, mn, dt),)),
             LayerProgram("lm_head", (Site("lm_head.f", "f", float(dt * m * h)), logits, loss))]

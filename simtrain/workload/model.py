@@ -21,7 +21,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from simtrain.workload.layers import Shard, attention_ops, block, embedding, head, moe_ops
+from simtrain.workload.layers import (
+    Shard,
+    attended_keys,
+    attention_ops,
+    block,
+    embedding,
+    head,
+    layer_window,
+    moe_ops,
+)
 from simtrain.workload.mla import (
     check_mla,
     mla_core_flops_per_token,
@@ -117,6 +126,18 @@ class ModelConfig(BaseModel):
     hidden_size: int
     num_heads: int
     num_kv_heads: int | None = None
+    # Width of one attention head (None: hidden_size / num_heads, filled in on validation).
+    # Qwen3 and GPT-OSS set it apart from h/a (Qwen3-32B: 64 heads of 128 on h = 5120): the
+    # Q/K/V projections are h -> heads·head_dim, the output projection heads·head_dim -> h.
+    head_dim: int | None = None
+    # Sliding-window attention (Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023): each
+    # query attends to at most the ``sliding_window`` latest keys (itself included), so a
+    # flash kernel skips the key blocks beyond the window. ``sliding_window_pattern`` n > 1
+    # keeps full attention in every n-th layer (layers n-1, 2n-1, ...): GPT-OSS alternates
+    # (n = 2, OpenAI gpt-oss model card 2025), Gemma 3 runs 5 local then 1 global (n = 6);
+    # 1 = every layer slides (Mistral).
+    sliding_window: int | None = None
+    sliding_window_pattern: int = 1
     ffn_hidden_size: int | None = None
     activation: Literal["gelu", "swiglu"] = "gelu"
     vocab_size: int
@@ -185,7 +206,8 @@ class ModelConfig(BaseModel):
     @field_validator("num_layers", "hidden_size", "num_heads", "num_kv_heads",
                      "ffn_hidden_size", "vocab_size", "max_seq_len", "shared_expert_ffn_size",
                      "head_dim", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_dim",
-                     "v_head_dim", "moe_ffn_hidden_size", "routing_node_limit")
+                     "v_head_dim", "moe_ffn_hidden_size", "routing_node_limit",
+                     "sliding_window", "sliding_window_pattern")
     @classmethod
     def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None and value <= 0:
@@ -242,6 +264,16 @@ class ModelConfig(BaseModel):
         """Whether transformer layer ``layer`` has routed experts (not one of the dense
         first layers)."""
         return self.is_moe and layer >= self.dense_layers
+
+    @property
+    def kv_channels(self) -> int:
+        """Megatron's name for the width of one attention head (``head_width``)."""
+        return self.head_width
+
+    @property
+    def q_width(self) -> int:
+        """Query (and attention output) features: heads · head_dim (= h unless set)."""
+        return self.num_heads * self.head_width
 
     @property
     def kv_heads(self) -> int:
@@ -335,7 +367,9 @@ def model_flops_per_step(cfg: ModelConfig, tokens: int, seq_len: int) -> float:
     calibration.yaml) 12·T·l·h²·[(1 + g/a + s/h)·(a·d/h) + (ffn/h)·k·(3/2 if swiglu else 1)
     + V/(2·l·h)], which for MHA, ffn = 4h, gelu is 72·T·l·h²·(1 + s/(6h) + V/(12·l·h))
     (T = B·s tokens). Equals 3× the forward FLOPs of the GEMM and attention ops of
-    ``lower_model`` other than the router.
+    ``lower_model`` other than the router. ``head_dim`` enters as Megatron's
+    ``kv_channels`` (q_proj = a·d); with sliding windows the s of the attention term is each
+    layer's ``attended_keys``, averaged over layers.
     """
     if tokens <= 0 or seq_len <= 0:
         raise ValueError(f"tokens and seq_len must be positive, got {tokens} and {seq_len}")
@@ -343,8 +377,11 @@ def model_flops_per_step(cfg: ModelConfig, tokens: int, seq_len: int) -> float:
     if cfg.attention == "mla":
         attn = 2.0 * mla_projection_params(cfg) + mla_core_flops_per_token(cfg, s)
     else:
-        q = cfg.num_heads * cfg.head_width
-        attn = 2.0 * (h * cfg.qkv_width + q * h) + 4.0 * s * q
+        q = cfg.q_width
+        # keys per query, averaged over the layers (s without sliding windows)
+        keys = sum(attended_keys(s, layer_window(cfg, i)) for i in range(cfg.num_layers)) \
+            / cfg.num_layers
+        attn = 2.0 * (h * cfg.qkv_width + q * h) + 4.0 * keys * q
     mlp = sum(mlp_matmul_flops_per_token(cfg, i) for i in range(cfg.num_layers))
     forward = cfg.num_layers * attn + mlp + 2.0 * cfg.vocab_size * h
     return 3.0 * tokens * forward

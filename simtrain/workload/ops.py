@@ -64,6 +64,52 @@ class Op:
     grad: GradPart | None = None
     role: OpRole | None = None
     groups: int = 1
+    # HBM bytes of this op's backward when they do not follow backward_ops' default rule
+    # (the cross-entropy's passes, the embedding's dense gradient); None: the default.
+    backward_bytes: float | None = None
+
+
+# Passes of the unfused fp32 cross-entropy over the logits, in bytes per logit beyond the
+# 16-bit logits' own read: Megatron-Core ``vocab_parallel_cross_entropy`` (tensor_parallel/
+# cross_entropy.py at 937571cf: ``.float()``; max; subtract the max; exp in place; sum;
+# divide in place, the softmax saved) reads and writes fp32 as below; torchtitan's
+# ``F.cross_entropy(logits.float(), ...)`` makes the same cast and a log-softmax of similar
+# traffic. Backward: multiply the saved softmax (minus the one-hot) by dL in place, then
+# autograd's cast back to the logits' dtype.
+CE_FORWARD_FP32 = (1, 1, 2, 2, 1, 2)  # fp32 tensor moves: cast write, max, sub, exp, sum, div
+CE_BACKWARD_FP32 = (2, 1)  # scale in place (read + write), cast back (read)
+
+
+def cross_entropy(name: str, m: int, v: int, dt: int) -> Op:
+    """Unfused fp32 softmax cross-entropy of m tokens over v logits (``CE_*`` passes).
+
+    E = m·v logits: forward reads the dt-byte logits once and moves Σ CE_FORWARD_FP32 = 9
+    fp32 tensors (dt = 2: 2 + 36 = 38 bytes per logit); backward moves 3 fp32 tensors and
+    writes dt-byte gradients (12 + 2 = 14). fp32 logits (dt = 4) need no casts: 32 and 8.
+    Both also read the m int64 targets. Saves the fp32 softmax and the targets.
+    """
+    e = m * v
+    casts = dt != FP32  # the 16-bit logits' fp32 copy and the gradient's cast back
+    fwd = ((dt + FP32 * sum(CE_FORWARD_FP32)) if casts
+           else FP32 * (sum(CE_FORWARD_FP32) - 1)) * e + IDS * m
+    bwd = ((FP32 * sum(CE_BACKWARD_FP32) + dt) if casts
+           else FP32 * (sum(CE_BACKWARD_FP32) - 1)) * e + IDS * m
+    return Op(name, "loss", LOSS_FLOPS * e, float(fwd), None, (), float(FP32 * e + IDS * m),
+              backward_bytes=float(bwd))
+
+
+def embedding_lookup(name: str, rows: int, h: int, m: int, dt: int) -> Op:
+    """Word-embedding lookup of m tokens in a table of ``rows`` x h (reads the m ids and rows,
+    writes the m·h output); saves the ids.
+
+    Backward (PyTorch ``embedding_dense_backward``): a dense gradient of the whole table is
+    zero-filled and the m·h output gradients scattered into it, then Megatron's gradient
+    hook adds it into the fp32 main gradient (``main_grad.add_(grad)``: reads 4 + dt,
+    writes 4 bytes per weight): 1.5x the forward's token traffic + (dt + 8 + dt)·rows·h.
+    """
+    fwd = float(IDS * m + 2 * dt * m * h)
+    return Op(name, "embedding", 0.0, fwd, None, (Param(f"{name}.weight", rows * h),),
+              float(IDS * m), backward_bytes=1.5 * fwd + float((2 * dt + 2 * FP32) * rows * h))
 
 
 def gemm(name: str, m: int, n: int, k: int, dt: int, bias: bool, save: float) -> Op:
@@ -90,7 +136,7 @@ def elementwise(name: str, reads: int, writes: int, flops_per: float, dt: int,
               float(save))
 
 
-def flash_attention(name: str, b: int, heads: int, sq: int, sk: int, q: int, kv: int,
+def flash_attention(name: str, b: int, heads: int, sq: int, sk: float, q: int, kv: int,
                     dt: int) -> Op:
     """Fused (flash) core attention: 4·b·sq·sk·q FLOPs (non-causal convention) reading q,
     k, v, writing o and the fp32 logsumexp; saves q, k, v and the logsumexp."""
@@ -110,8 +156,10 @@ def backward_ops(op: Op) -> tuple[Op, ...]:
       matmuls (QKᵀ recomputed, dV, dP, dQ, dK) against 2 forward (Dao 2023, Sec. 3.1);
       bytes 2× (reads q, k, v, o, dO; writes dq, dk, dv).
     - embedding: scatter-add of dY into weight rows: 1.5× forward bytes (dY read plus a
-      read-modify-write of rows, against row read plus output write forward).
-    - other memory-bound ops: 2× forward FLOPs and bytes (read y or x and dY, write dX).
+      read-modify-write of rows, against row read plus output write forward), unless the
+      op states ``backward_bytes`` (``embedding_lookup``: the dense table gradient).
+    - other memory-bound ops: 2× forward FLOPs and bytes (read y or x and dY, write dX),
+      or the op's ``backward_bytes`` (``cross_entropy``).
     Every kernel but wgrad and the embedding's is an input-gradient kernel (``Op.grad``).
     """
     r = op.role
@@ -128,9 +176,11 @@ def backward_ops(op: Op) -> tuple[Op, ...]:
         return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
                    op.params, 0.0, "input", r),)
     if op.kind == "embedding":  # token ids have no gradient: only the weight's
-        return (Op(f"{op.name}.bwd", "embedding", op.flops, 1.5 * op.bytes, None, op.params,
+        nbytes = 1.5 * op.bytes if op.backward_bytes is None else op.backward_bytes
+        return (Op(f"{op.name}.bwd", "embedding", op.flops, nbytes, None, op.params,
                    0.0, "weight", r),)
     if op.kind in OP_KINDS:  # norms compute their weight gradients in the same kernel
-        return (Op(f"{op.name}.bwd", op.kind, 2.0 * op.flops, 2.0 * op.bytes, None, op.params,
+        nbytes = 2.0 * op.bytes if op.backward_bytes is None else op.backward_bytes
+        return (Op(f"{op.name}.bwd", op.kind, 2.0 * op.flops, nbytes, None, op.params,
                    0.0, "input", r),)
     raise ValueError(f"op {op.name!r} has unknown kind {op.kind!r}; use one of {OP_KINDS}")

@@ -12,7 +12,8 @@ GIB = 2.0**30
 def test_catalogue_has_the_expected_entries() -> None:
     assert set(GPUS) == {
         "v100-32gb", "a100-40gb", "a100-80gb", "a100-80gb-pcie", "h100-sxm",
-        "h100-pcie", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x",
+        "h100-pcie", "h200-sxm", "b200", "gb200", "b300", "gb300", "mi300x", "h800",
+        "h100-96gb-hbm2e-500w",
     }
     for key, spec in GPUS.items():
         assert spec.name == key
@@ -99,3 +100,16 @@ def test_grace_blackwell_and_blackwell_ultra_values() -> None:
     assert b300.flops("fp8") == pytest.approx(4500e12)
     assert gb300.flops("fp8") == pytest.approx(5000e12)
     assert {b300.arch, gb300.arch, gb200.arch} == {"blackwell"}
+
+
+def test_h800_and_grand_teton_h100_values() -> None:
+    # H800: H100 SXM compute, NVLink 400 GB/s total = 200 GB/s per direction (8 links x 25).
+    h800, h100 = get_gpu("h800"), get_gpu("h100-sxm")
+    assert h800.flops("bf16") == h100.flops("bf16") == pytest.approx(989.4e12)
+    assert h800.nvlink_bandwidth == pytest.approx(200e9)
+    assert h800.hbm_bandwidth == pytest.approx(3.35e12)
+    # Grand Teton H100: 2.4 TB/s HBM2e (measured_runs.yaml), 94 GiB visible (torchtitan docs).
+    teton = get_gpu("h100-96gb-hbm2e-500w")
+    assert teton.hbm_bandwidth == pytest.approx(2.4e12)
+    assert teton.hbm_bytes == 94 * 2**30
+    assert teton.arch == "hopper" and teton.num_sms == 132

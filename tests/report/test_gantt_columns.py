@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # span, 0 forces the aggregated view. First written by the per-span implementation (commit
 # d342ed2, before the columns: the columnar code drew it identically); rewritten when the
 # physical host/GEMM model moved pp_1f1b's timeline (its golden summary moved with it), and
-# again when compute/communication interference became the default (1 Dec).
+# again when compute/communication interference became the default and when the loss
+# became its unfused fp32 kernels (1 Dec).
 # Regenerate only for a change meant to alter the chart or the scenario's timeline.
 REFERENCE = ROOT / "tests/report/data/gantt_pp_1f1b_traces.json.gz"
 

@@ -181,7 +181,9 @@ def test_backward_ops() -> None:
     assert norm_bwd.bytes == 2 * norm.bytes and norm_bwd.params == norm.params
     word = lower_model(_small_gpt(), 1, 16)[0].ops[0]
     (word_bwd,) = backward_ops(word)
-    assert word_bwd.kind == "embedding" and word_bwd.bytes == 1.5 * word.bytes
+    # The dense table gradient: 1.5 x the 4,224 B of token traffic (8·16 ids + 2·2·16·64)
+    # + (2·dt + 2·fp32)·V·h = 12·1000·64: 6,336 + 768,000 = 774,336 bytes.
+    assert word_bwd.kind == "embedding" and word_bwd.bytes == 774_336
     # Roles as fields: the input gradient (zero-bubble B) and the weight gradient (W).
     assert (dgrad.grad, wgrad.grad, attn_bwd.grad, norm_bwd.grad) == (
         "input", "weight", "input", "input")
@@ -270,3 +272,73 @@ def test_roles_are_fields_not_names() -> None:
     std = lower_model(_small_gpt(attention_kernel="standard"), 1, 16)[1].ops
     assert [op.name.rsplit(".", 1)[-1] for op in std if op.role == "core_attention"] == [
         "scores", "softmax", "dropout", "context"]
+
+
+def test_head_dim_apart_from_hidden_over_heads_by_hand() -> None:
+    # Qwen3-style: h = 64, 2 heads of 48 (q width 96), 1 KV head: QKV 64 -> (2 + 2·1)·48 =
+    # 192 features, proj 96 -> 64. m = b·s = 16: qkv 2·16·192·64 = 393,216, proj
+    # 2·16·64·96 = 196,608; attention 4·b·s·s·q = 4·1·16·16·96 = 98,304.
+    cfg = _small_gpt(num_heads=2, num_kv_heads=1, head_dim=48, hidden_size=64)
+    ops = {op.name: op for op in lower_model(cfg, 1, 16)[1].ops}
+    assert ops["layers.0.attn.qkv"].gemm_shape == (16, 192, 64)
+    assert ops["layers.0.attn.proj"].gemm_shape == (16, 64, 96)
+    assert ops["layers.0.attn.qkv"].flops == 393_216
+    assert ops["layers.0.attn.proj"].flops == 196_608
+    assert ops["layers.0.attn.core"].flops == 98_304
+    # Parameters per layer: qkv 64·192 + proj 96·64 + biases 192 + 64 = 18,688 of attention.
+    owned = sum(p.numel for op in _ops(lower_model(cfg, 1, 16)) for p in op.params)
+    assert owned == num_parameters(cfg)
+    attn = sum(p.numel for op in ops.values() if op.name.startswith("layers.0.attn")
+               for p in op.params)
+    assert attn == 64 * 192 + 96 * 64 + 192 + 64
+    # The MFU formula stays 3x the forward GEMM and attention FLOPs with head_dim set.
+    b, s = 2, 16
+    mfu = model_flops_per_step(cfg, tokens=b * s, seq_len=s)
+    fwd = sum(op.flops for op in _ops(lower_model(cfg, b, s)) if op.kind in GEMM_LIKE)
+    assert 3 * fwd == pytest.approx(mfu, rel=1e-12)
+    # head_dim set: hidden need not divide by heads (64 / 3 is not whole).
+    assert _small_gpt(num_heads=3, head_dim=32).q_width == 96
+
+
+def test_attended_keys_by_hand() -> None:
+    from simtrain.workload.layers import attended_keys
+
+    # 2w - w²/s: s = 4096, w = 128 -> 256 - 4 = 252; w = s or beyond -> s; no window -> s.
+    assert attended_keys(4096, 128) == 252.0
+    assert attended_keys(4096, 4096) == attended_keys(4096, 8192) == 4096.0
+    assert attended_keys(16, None) == 16.0
+    # causal pairs: w·s - w²/2 = 4·16 - 8 = 56 = (2w - w²/s)·s/2 = 7·8.
+    assert attended_keys(16, 4) * 16 / 2 == 56.0
+
+
+def test_sliding_window_layers_and_flops_by_hand() -> None:
+    # GPT-OSS pattern 2: layer 0 slides, layer 1 full. s = 16, w = 4: attended 2·4 - 16/16 = 7
+    # keys, so layer 0's attention is 4·b·s·7·h = 4·1·16·7·64 = 28,672; layer 1's 4·16·16·64
+    # = 65,536.
+    cfg = _small_gpt(sliding_window=4, sliding_window_pattern=2)
+    layers = lower_model(cfg, 1, 16)
+    core = [op.flops for layer in layers for op in layer.ops if op.kind == "attention"]
+    assert core == [28_672, 65_536]
+    mfu = model_flops_per_step(cfg, tokens=16, seq_len=16)
+    fwd = sum(op.flops for op in _ops(layers) if op.kind in GEMM_LIKE)
+    assert 3 * fwd == pytest.approx(mfu, rel=1e-12)
+    # Pattern 1 (Mistral): every layer slides.
+    all_slide = _small_gpt(sliding_window=4)
+    assert [op.flops for layer in lower_model(all_slide, 1, 16) for op in layer.ops
+            if op.kind == "attention"] == [28_672, 28_672]
+    with pytest.raises(ValueError, match="positive"):
+        _small_gpt(sliding_window=0)
+
+
+def test_cross_entropy_passes_by_hand() -> None:
+    from simtrain.workload.ops import cross_entropy
+
+    # m = 4 tokens, v = 10 logits, bf16: E = 40. Forward 2 + 9·4 = 38 B per logit + 8 B per
+    # target: 1,520 + 32 = 1,552; backward (3·4 + 2)·40 + 32 = 592; saves the fp32 softmax
+    # 160 B + targets 32. fp32 logits: (8·4)·40 + 32 = 1,312 and (2·4)·40 + 32 = 352.
+    loss = cross_entropy("loss", 4, 10, 2)
+    assert (loss.bytes, loss.backward_bytes, loss.activation_bytes) == (1552, 592, 192)
+    (bwd,) = backward_ops(loss)
+    assert bwd.bytes == 592 and bwd.grad == "input"
+    fp32 = cross_entropy("loss", 4, 10, 4)
+    assert (fp32.bytes, fp32.backward_bytes) == (1312, 352)
