@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from simtrain.parallel.context_volume import CP_ALGORITHMS, check_context, ulysses_degree
 from simtrain.parallel.expert import expert_layout_problem
@@ -131,20 +131,14 @@ class ParallelismConfig(BaseModel):
     ddp: DDPConfig = Field(default_factory=DDPConfig)
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
 
-    @field_validator("cp_algorithm")
+    @field_validator("cp_algorithm", "schedule")
     @classmethod
-    def _known_cp_algorithm(cls, value: str) -> str:
-        if value not in CP_ALGORITHMS:
-            raise ValueError(f"unknown cp_algorithm {value!r}; use one of "
-                             f"{', '.join(CP_ALGORITHMS)}")
-        return value
-
-    @field_validator("schedule")
-    @classmethod
-    def _known_schedule(cls, value: str) -> str:
-        if value not in SCHEDULES:
-            raise ValueError(f"unknown pipeline schedule {value!r}; use one of "
-                             f"{', '.join(SCHEDULES)}")
+    def _known_name(cls, value: str, info: ValidationInfo) -> str:
+        """A name from its one list (CP algorithms, the schedule registry)."""
+        known, what = ((CP_ALGORITHMS, "cp_algorithm") if info.field_name == "cp_algorithm"
+                       else (SCHEDULES, "pipeline schedule"))
+        if value not in known:
+            raise ValueError(f"unknown {what} {value!r}; use one of {', '.join(known)}")
         return value
 
     def dims(self, world_size: int) -> ParallelDims:
