@@ -1,6 +1,7 @@
 """Regenerate scenarios/validation/nccl-modern.yaml from ../shared/reference/nccl_modern.yaml.
 
-Run from the repository root: python benchmarks/nccl_modern_suite.py scenarios/validation/nccl-modern.yaml
+Run from the repository root: python benchmarks/nccl_modern_suite.py
+    scenarios/validation/nccl-modern.yaml
 Every series keeps its source; setups simtrain cannot express carry not_expressible.
 """
 
@@ -87,7 +88,8 @@ for key, nodes in (
 h = ref["coreweave_h100_64gpu_example"]
 series(
     "coreweave-64xh100-ib-sharp",
-    "CoreWeave nccl-tests README, MPI Operator example (h100-64-sharp manifest), coreweave/nccl-tests@cb865533",
+    "CoreWeave nccl-tests README, MPI Operator example (h100-64-sharp manifest), "
+    "coreweave/nccl-tests@cb865533",
     {"preset": "dgx-h100", "nodes": 8, "ib_sharp": True},
     [{"bytes": r["bytes"], "time_us": r["time_us"], "busbw": r["busbw"]} for r in h["rows"]],
     algorithm="collnet",
@@ -127,7 +129,8 @@ series(
     src,
     {"preset": "dgx-h200"},
     [{"bytes": r["bytes"], "busbw": r["busbw"]} for r in ml["rows"]["h200_8gpu_nvls_sweep"]],
-    note="torch.distributed all_reduce_bench (Python launch per call); NCCL 2.27.7 switches Ring/LL to NVLS at 2 MiB",
+    note="torch.distributed all_reduce_bench (Python launch per call); NCCL 2.27.7 switches "
+         "Ring/LL to NVLS at 2 MiB",
 )
 series(
     "mlengineering-p6-b200-1x8",
@@ -333,9 +336,11 @@ series(
 
 doc = {
     "suite": "nccl-modern",
-    "description": "All-reduce (and a few other) bus bandwidths on H100/H200/B200/B300/GB200 copied from "
+    "description": "All-reduce (and a few other) bus bandwidths on H100/H200/B200/B300/GB200 "
+    "copied from "
     "../shared/reference/nccl_modern.yaml, one series per source table; busbw in GB/s (1e9 B/s). "
-    "Where the source gives time_us the published busbw is recomputed from it (busbw = factor*bytes/time), "
+    "Where the source gives time_us the published busbw is recomputed from it (busbw = "
+    "factor*bytes/time), "
     "which keeps small sizes whose printed busbw rounds to 0.00.",
     "series": out,
 }
@@ -347,7 +352,8 @@ y.indent(mapping=2, sequence=4, offset=2)
 buf = io.StringIO()
 y.dump(doc, buf)
 open(sys.argv[1], "w").write(
-    "# Generated from ../shared/reference/nccl_modern.yaml (sources per series); see docs/collectives.md.\n"
+    "# Generated from ../shared/reference/nccl_modern.yaml (sources per series); see "
+    "docs/collectives.md.\n"
     + buf.getvalue()
 )
 print(sum(len(s["points"]) for s in out), "points in", len(out), "series")
