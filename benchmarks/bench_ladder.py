@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_scale import LADDER as SCALE_LADDER  # run from the repository root or benchmarks/
+
 ROOT = Path(__file__).resolve().parents[1]
 FAULT_RANK = 12_345
 STRAGGLER = "{delay: 5ms, slowdown: 1.1}"
@@ -41,14 +43,8 @@ _MOE = {"model": {"preset": "mixtral-8x7b"},
 # name -> (GPUs, scenario). Dense: Llama 3 shapes (the 16k point is the bundled Llama 3
 # 405B job); MoE: Mixtral-like with EP 8.
 LADDER: list[tuple[str, int, dict[str, Any]]] = [
-    ("dense-8", 8, {"cluster": {"preset": "dgx-h100", "nodes": 1},
-                    "model": {"preset": "llama3-8b"},
-                    "training": {"global_batch_size": 8, "seq_len": 4096},
-                    "parallelism": {"tp": 8}}),
-    ("dense-64", 64, {"cluster": {"preset": "dgx-h100", "nodes": 8},
-                      "model": {"preset": "llama3-8b"},
-                      "training": {"global_batch_size": 64, "seq_len": 8192},
-                      "parallelism": {"tp": 8, "sp": True}}),
+    # the small dense points are bench_scale's own
+    *(point for point in SCALE_LADDER if point[0] in ("dense-8", "dense-64")),
     # Stage granularity from 512 GPUs: at layer granularity explicit dense-512 is over the
     # 2,000,000-task cap (about 11,700 tasks per rank).
     ("dense-512", 512, {"cluster": {"preset": "dgx-h100", "nodes": 64},
