@@ -28,6 +28,7 @@ EPILOG = (
     "  simtrain validate\n\n"
     "  simtrain validate --suite megatron-2020 --suite nccl --jobs 2\n\n"
     "  simtrain validate --suite mcore-2024-h100 --json > mcore.json\n\n"
+    "  simtrain validate --suite megatron-bridge --row '*qwen3*'\n\n"
     "Error = predicted / published - 1 (signed); MAPE = mean |error| per suite and metric. "
     "Exit status: 0 ok (whatever the errors), 2 bad input, 1 anything else."
 )
@@ -51,6 +52,9 @@ def validate(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows and per-suite summary "
                                                          "as JSON")] = False,
+    row: Annotated[list[str] | None, typer.Option(
+        "--row", "-r", help="only the rows whose id matches this shell pattern (e.g. "
+                            "'*b200*'); repeat for several")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
     """Simulate published training runs and NCCL measurements; print the error of each row."""
@@ -68,7 +72,7 @@ def validate(
         raise fail(f"--granularity {granularity!r}: expected one of {', '.join(GRANULARITIES)}")
     workers = jobs or os.cpu_count() or 1
     try:
-        total = sum(count_rows(s, directory) for s in chosen)
+        total = sum(count_rows(s, directory, row) for s in chosen)
         show = not quiet and not as_json
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
@@ -79,7 +83,7 @@ def validate(
                 bar.update(task, advance=1, description=f"{name} · {row_id}")
 
             rows = run_suites(chosen, directory, jobs=workers, granularity=granularity,
-                              progress=advance)
+                              progress=advance, only=row)
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     summary = summarize(rows)

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +312,9 @@ def suite_jobs(suite: str, directory: Path | None = None,
     return jobs
 
 
-def count_rows(suite: str, directory: Path | None = None) -> int:
+def count_rows(suite: str, directory: Path | None = None,
+               only: Sequence[str] | None = None) -> int:
+    """How many progress steps ``suite`` takes (scenario suites: the rows ``only`` selects)."""
     if suite in FILE_SUITES:
         return int(_file_suite(suite, 1)(suite_path(suite, directory)))
     if suite == "nccl":
@@ -320,14 +323,22 @@ def count_rows(suite: str, directory: Path | None = None) -> int:
         return len(POINTS)
     if suite in SPECIAL_SUITES:
         return len(SPECIAL_SUITES[suite]())
-    return len(load_suite(suite, directory)["rows"])
+    return sum(row_selected(str(entry.get("id")), only)
+               for entry in load_suite(suite, directory)["rows"])
+
+
+def row_selected(row_id: str, patterns: Sequence[str] | None) -> bool:
+    """Whether ``row_id`` matches one of the shell-style ``patterns`` (all rows when None)."""
+    return patterns is None or any(fnmatchcase(row_id, p) for p in patterns)
 
 
 def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: int = 1,
                granularity: str | None = None,
-               progress: Callable[[str, str], None] | None = None) -> list[Row]:
+               progress: Callable[[str, str], None] | None = None,
+               only: Sequence[str] | None = None) -> list[Row]:
     """Predict every row of ``suites`` (in that order), ``jobs`` rows at a time in worker
-    processes; ``progress(suite, row_id)`` after each row."""
+    processes; ``progress(suite, row_id)`` after each row. ``only``: shell-style patterns
+    of the row ids to run (every row when None)."""
     names = list(suites)
     known = all_suites(directory)
     for name in names:
@@ -342,17 +353,20 @@ def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: in
                                         (lambda rid, n=name: progress(n, rid))
                                         if progress else None)
             for k, row in enumerate(rows):
-                results[(name, k)] = [row]
+                if row_selected(row.id, only):
+                    results[(name, k)] = [row]
             continue
         if name in SPECIAL_SUITES:
             rows = SPECIAL_SUITES[name]()
             for k, row in enumerate(rows):
-                results[(name, k)] = [row]
+                if row_selected(row.id, only):
+                    results[(name, k)] = [row]
                 if progress:
                     progress(name, row.id)
             continue
         work += [((name, k), job) for k, job in
-                 enumerate(suite_jobs(name, directory, granularity))]
+                 enumerate(suite_jobs(name, directory, granularity))
+                 if row_selected(str(job.entry["id"]), only)]
     todo = sorted(_with_twins(work), key=lambda item: -item[1].cost)
 
     def done(keys: list[tuple[str, int]], job: RowJob, rows: list[Row]) -> None:

@@ -14,6 +14,7 @@ from simtrain.errors import ScenarioError
 from simtrain.validation import (
     PUBLISHED_METRICS,
     Row,
+    count_rows,
     formula_flops,
     load_suite,
     mape,
@@ -332,3 +333,19 @@ def test_suite_files_of_another_format_run_through_their_module(tmp_path, monkey
     (row,) = run_suites(["sweep"], directory, progress=lambda s, r: seen.append(f"{s}/{r}"))
     assert row.id == "p1" and seen == ["sweep/p1"]
     assert validation.count_rows("sweep", directory) == 1
+
+
+def test_row_patterns_select_rows_of_every_kind_of_suite(tmp_path):
+    directory = _write(tmp_path, [
+        {"id": "dense-a", "published": {"iteration_time_ms": 5}},
+        {"id": "moe-b", "published": {"iteration_time_ms": 5}},
+        {"id": "dense-c", "published": {"iteration_time_ms": 5}}])
+    assert count_rows("mine", directory, ["dense-*"]) == 2
+    rows = run_suites(["mine", "nccl"], directory, only=["dense-*", "*NVLS*"])
+    assert [r.id for r in rows if r.suite == "mine"] == ["dense-a", "dense-c"]
+    nccl = [r.id for r in rows if r.suite == "nccl"]
+    assert nccl and all("NVLS" in i for i in nccl)
+    result = runner.invoke(app, ["validate", "-s", "mine", "--dir", str(directory),
+                                 "--row", "moe-?", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [r["id"] for r in json.loads(result.stdout)["rows"]] == ["moe-b"]
