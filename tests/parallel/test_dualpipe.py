@@ -20,29 +20,9 @@ from simtrain.parallel.schedule import make_schedule, peak_in_flight, schedule_p
 from simtrain.parallel.shard import Comm, Compute, Unit
 from simtrain.scenario import ScenarioError, load_scenario
 from simtrain.simulate import build_graph, build_plan, step_breakdown
-from simtrain.workload.model import Op, Param
+from simtrain.workload.model import Op
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
-
-
-def _pipeline(star_fabric, kind: str, p: int, m: int, v: int, tf: float, tb: float,
-              tw: float):
-    """p ranks of v chunks (one GEMM each): a chunk's forward tf/v, input gradient tb/v,
-    weight gradient tw/v per microbatch; free transfers and optimizer."""
-    op = Op("g", "gemm", 1.0, 1.0, (1, 2, 3), (Param("g.weight", 1),), 0.0)
-    units = [[[Unit("layers.0", (Compute(op),), layer=0)] for _ in range(v)] for _ in range(p)]
-
-    def op_time(o: Op) -> float:
-        if o.name == "optimizer.step":
-            return 0.0
-        return {None: tf, "input": tb, "weight": tw}[o.grad] / v
-
-    options = LowerOptions(dims=ParallelDims(pp=p, vpp=v), micro_batches=m, dtype_bytes=2,
-                           grad_bytes_per_element=4, first_bucket_bytes=1, bucket_cap_bytes=1,
-                           overlap=True, optimizer_bytes_per_param=0)
-    graph = TaskGraph(p)
-    Lowering(graph, units, make_schedule(kind, p, m, v), options, op_time).run()
-    return execute(graph, star_fabric(p, 1e15, 0.0))
 
 
 def test_two_model_copies_fed_from_both_ends():
@@ -79,13 +59,13 @@ def test_two_model_copies_fed_from_both_ends():
     # F = 1, B = 1.5, W = 0.5: 3·(2.5 + 1.5 - 1.5) = 7.5; 7.5/(80 + 7.5) = 0.0857 at m = 32.
     (8, 32, 1.0, 1.0, 0.5),
 ])
-def test_dualpipe_bubble_follows_deepseek_table_2_within_2pp(star_fabric, p, m, tf, tb, tw):
-    timeline = _pipeline(star_fabric, "dualpipe", p, m, 2, 2 * tf, 2 * tb, 2 * tw)
+def test_dualpipe_bubble_follows_deepseek_table_2_within_2pp(toy_pipeline, p, m, tf, tb, tw):
+    timeline = toy_pipeline("dualpipe", p, m, 2, 2 * tf, 2 * tb, 2 * tw)
     f, b, w = tf, tb + tw, tw
     bubble = (p // 2 - 1) * ((f + b) + b - 3 * w)
     want = bubble / (m * (tf + tb + tw) + bubble)
     assert step_breakdown(timeline)["bubble_fraction"] == pytest.approx(want, abs=0.02)
-    one = _pipeline(star_fabric, "1f1b", p, m, 1, tf, tb, tw)
+    one = toy_pipeline("1f1b", p, m, 1, tf, tb, tw)
     assert timeline.end < one.end
 
 

@@ -8,40 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simtrain.engine.sim import execute
-from simtrain.engine.taskgraph import TaskGraph
 from simtrain.hardware.topology import build_cluster
-from simtrain.parallel.lower import Lowering, LowerOptions
-from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.schedule import make_schedule, peak_in_flight, schedule_problems
-from simtrain.parallel.shard import Compute, Unit, placed_layers
+from simtrain.parallel.shard import placed_layers
 from simtrain.scenario import ScenarioError, load_scenario
 from simtrain.simulate import build_graph, build_plan, memory_report, step_breakdown
-from simtrain.workload.model import Op, Param
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
-
-
-def _pipeline(star_fabric, kind: str, p: int, m: int, v: int, tf: float, tb: float,
-              tw: float):
-    """p uniform stages of v chunks (one GEMM each): a stage's forward tf, input gradient
-    tb and weight gradient tw per microbatch, each chunk 1/v of it; free transfers and
-    optimizer. A costed schedule is built for those chunk times."""
-    op = Op("g", "gemm", 1.0, 1.0, (1, 2, 3), (Param("g.weight", 1),), 0.0)
-    units = [[[Unit("layers.0", (Compute(op),), layer=0)] for _ in range(v)] for _ in range(p)]
-
-    def op_time(o: Op) -> float:
-        if o.name == "optimizer.step":
-            return 0.0
-        return {None: tf, "input": tb, "weight": tw}[o.grad] / v
-
-    options = LowerOptions(dims=ParallelDims(pp=p, vpp=v), micro_batches=m, dtype_bytes=2,
-                           grad_bytes_per_element=4, first_bucket_bytes=1, bucket_cap_bytes=1,
-                           overlap=True, optimizer_bytes_per_param=0)
-    graph = TaskGraph(p)
-    schedule = make_schedule(kind, p, m, v, (tf / v, tb / v, tw / v))
-    Lowering(graph, units, schedule, options, op_time).run()
-    return execute(graph, star_fabric(p, 1e15, 0.0))
 
 
 def test_the_plan_builds_each_chunk_from_the_v_placement():
@@ -76,13 +49,13 @@ def test_placed_layers_cut_the_route_not_the_looping_order():
 
 
 @pytest.mark.parametrize(("p", "m"), [(2, 8), (4, 8), (4, 16), (8, 16), (8, 32)])
-def test_zb_v_with_equal_times_idles_only_the_start_up_skew(star_fabric, p, m):
+def test_zb_v_with_equal_times_idles_only_the_start_up_skew(toy_pipeline, p, m):
     # Qi et al. 2024, Sec. 6: ZB-V idles (p - 1)(T_F + T_B - 2 T_W), T's of a stage (two
     # chunks): zero when the three are equal, with 1F1B's memory. simtrain synchronises the
     # optimizer step (the paper's zero bubble also drops that, Sec. 4), so stage i still
     # starts i chunk forwards late: step = 3m + (p - 1)·T_F/2 with T = 1, e.g. p = 4,
     # m = 8: 24 + 1.5 = 25.5, bubble 1.5/25.5 = 0.0588 (1F1B: 9/33 = 0.273).
-    timeline = _pipeline(star_fabric, "zb-v", p, m, 2, 1.0, 1.0, 1.0)
+    timeline = toy_pipeline("zb-v", p, m, 2, 1.0, 1.0, 1.0, costed=True)
     skew = (p - 1) * 0.5
     assert timeline.end == pytest.approx(3 * m + skew)
     assert step_breakdown(timeline)["bubble_fraction"] == pytest.approx(
@@ -101,12 +74,12 @@ def test_zb_v_with_equal_times_idles_only_the_start_up_skew(star_fabric, p, m):
     # p = 8, m = 32, T_W = 1/2: 80 + max(7·1, 3.5) = 87, 7/87 = 0.0805.
     (8, 32, 1.0, 1.0, 0.5),
 ])
-def test_zb_v_bubble_follows_the_paper_within_2pp(star_fabric, p, m, tf, tb, tw):
-    timeline = _pipeline(star_fabric, "zb-v", p, m, 2, tf, tb, tw)
+def test_zb_v_bubble_follows_the_paper_within_2pp(toy_pipeline, p, m, tf, tb, tw):
+    timeline = toy_pipeline("zb-v", p, m, 2, tf, tb, tw, costed=True)
     extra = max((p - 1) * (tf + tb - 2 * tw), (p - 1) * tf / 2)
     want = extra / (m * (tf + tb + tw) + extra)
     assert step_breakdown(timeline)["bubble_fraction"] == pytest.approx(want, abs=0.02)
-    one = _pipeline(star_fabric, "1f1b", p, m, 1, tf, tb, tw)
+    one = toy_pipeline("1f1b", p, m, 1, tf, tb, tw, costed=True)
     assert timeline.end < one.end  # 1F1B idles (p - 1)(T_F + T_B + T_W)
 
 
