@@ -22,7 +22,7 @@ bandwidths (``injection_bandwidth``). No latency is charged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Optimizer = Callable[[Sequence[int], int], float]  # (parameter counts, shard) -> seconds
@@ -141,7 +141,8 @@ def chain_comm_bytes(templates: Sequence[Any], kinds: Sequence[str]) -> dict[str
 
 
 def step_time_bound(times: Sequence[Sequence[tuple[float, float]]], micro_batches: int,
-                    tails: Sequence[StageTail] | None = None) -> float:
+                    tails: Sequence[StageTail] | None = None,
+                    route: ScheduleRoute | None = None) -> float:
     """A lower bound of the step time (s) from each stage's chain and the pipeline fill/drain.
 
     ``times[s][c]`` is the (forward, backward) seconds per microbatch of chunk c on stage
@@ -152,19 +153,51 @@ def step_time_bound(times: Sequence[Sequence[tuple[float, float]]], micro_batche
     stages before it: E_0 >= Σ_{j<s} (f_j + b_j) + m·c_s, which for equal stages is the
     familiar (m + p - 1)·c. With virtual stages only the fill is counted. The step ends no
     earlier than E_s + ``tails[s].seconds()``. Launch waits and transfers count zero.
+    ``route`` says what the schedule changes (``ScheduleRoute``; None: every microbatch
+    through every chunk in order, one backward phase).
     """
+    route = route or ScheduleRoute()
     tails = tails or [StageTail()] * len(times)
     best = 0.0
-    single = all(len(chunks) == 1 for chunks in times)
+    single = all(len(chunks) == 1 for chunks in times) and not route.split_backward
     fill = drain = 0.0
-    for chunks, tail in zip(times, tails, strict=True):
-        work = micro_batches * sum(f + b for f, b in chunks)
+    for s, (chunks, tail) in enumerate(zip(times, tails, strict=True)):
+        work = micro_batches * sum((f + b) * route.share(s, c)
+                                   for c, (f, b) in enumerate(chunks))
         best = max(best, fill + work + tail.seconds())
         if single:
             best = max(best, fill + work + drain + tails[0].seconds())
-        fill += chunks[0][0]
+        if not route.several_routes:
+            fill += chunks[0][0]
         drain += chunks[0][1]
     return best
+
+
+@dataclass(frozen=True)
+class ScheduleRoute:
+    """What a pipeline schedule changes in ``step_time_bound``: ``shares[s][c]``, the
+    fraction of the microbatches that pass chunk c of stage s (DualPipe's two copies: half
+    each; empty: all); ``several_routes``: microbatches enter at different stages, so no
+    stage waits for a fill; ``split_backward``: weight gradients run apart from input
+    gradients (zero-bubble schedules), so the drain through the earlier stages may wait
+    only for their input gradients and is not counted."""
+
+    shares: tuple[tuple[float, ...], ...] = ()
+    several_routes: bool = False
+    split_backward: bool = False
+
+    def share(self, stage: int, chunk: int) -> float:
+        return self.shares[stage][chunk] if self.shares else 1.0
+
+
+def schedule_route(schedule: Any) -> ScheduleRoute:
+    """``ScheduleRoute`` of a built ``Schedule``: each (stage, chunk)'s forward steps over
+    its microbatches."""
+    m = schedule.micro_batches
+    shares = tuple(tuple(sum(1 for st in steps if st.chunk == c and st.phase == "F") / m
+                         for c in range(len(schedule.placement[s])))
+                   for s, steps in enumerate(schedule.stages))
+    return ScheduleRoute(shares, bool(schedule.routes), bool(schedule.split_backward))
 
 
 def stage_compute_times(scenario: Any, cluster: Any, plan: Any
@@ -192,6 +225,7 @@ class ChainCosts:
     bwd_bytes: list[list[dict[str, float]]]
     dense: list[list[int]]
     numels: list[list[int]]
+    route: ScheduleRoute = field(default_factory=lambda: ScheduleRoute())
 
 
 def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
@@ -223,7 +257,7 @@ def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
         return (program.compute_seconds(fwd), program.compute_seconds(bwd),
                 chain_comm_bytes(fwd, kinds), chain_comm_bytes(bwd, kinds))
 
-    out = ChainCosts([], [], [], [], [])
+    out = ChainCosts([], [], [], [], [], schedule_route(plan.schedule))
     for chunks in plan.units:
         rows: list[list[Any]] = [[], [], [], []]
         for chunk in chunks:
@@ -252,7 +286,7 @@ def plan_bound(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, micro_
     ``stage_tails``."""
     times, overlap = chain_times(costs, dims, links)
     return step_time_bound(times, micro_batches, stage_tails(
-        costs, scenario, cluster, dims, links, overlap, optimizer))
+        costs, scenario, cluster, dims, links, overlap, optimizer), costs.route)
 
 
 def optimizer_seconds(scenario: Any, cluster: Any) -> Optimizer:

@@ -107,6 +107,22 @@ def pipeline_depths(spec: PlanSpec, layers: int) -> list[int]:
     return sorted(p for p in out if spec.max_pp is None or p <= spec.max_pp)
 
 
+def schedule_chunks(name: str, pp: int, layers: int, uneven: bool,
+                    vpp: Sequence[int]) -> list[int]:
+    """The chunks per stage (vpp) schedule ``name`` is searched with at ``pp`` stages: 1
+    for one-chunk schedules (``1f1b`` only at pp 1), the searched ``vpp`` values for the
+    interleaved schedule, 2 for a V (zb-v, dualpipe); only where the schedule accepts the
+    degrees (``schedule_problems``) and the model chunks split the layers evenly (uneven
+    stages only with one chunk per stage)."""
+    from simtrain.parallel.schedule import model_chunks, schedule_problems
+
+    if pp == 1:
+        return [1] if name == "1f1b" else []
+    tried = list(vpp) if name == "interleaved" else [1, 2]
+    return [v for v in tried if not schedule_problems(name, pp, None, v)
+            and (v == 1 or (not uneven and layers % model_chunks(name, pp, v) == 0))]
+
+
 def enumerate_candidates(spec: PlanSpec, nodes: int, gpus: int, gpus_per_node: int,
                          model: Any) -> Iterable[Candidate]:
     """Every combination of degrees and options for ``gpus`` GPUs (not yet checked)."""
@@ -126,13 +142,8 @@ def enumerate_candidates(spec: PlanSpec, nodes: int, gpus: int, gpus_per_node: i
         if dp % ep:
             continue
         uneven = uneven_stages(layers, pp)
-        schedules: list[tuple[str, int]] = []
-        for schedule in spec.schedules:
-            if schedule == "interleaved":
-                if pp > 1 and uneven is None:
-                    schedules += [(schedule, v) for v in spec.vpp if layers % (v * pp) == 0]
-            elif pp > 1 or schedule == "1f1b":
-                schedules.append((schedule, 1))
+        schedules = [(name, v) for name in spec.schedules
+                     for v in schedule_chunks(name, pp, layers, uneven is not None, spec.vpp)]
         orders = distinct_orders(spec.orders, {"tp": tp, "cp": cp, "pp": pp, "dp": dp})
         for (schedule, vpp), mb, zero, recompute, order in itertools.product(
                 schedules, spec.micro_batches, spec.zero, spec.recompute, orders):

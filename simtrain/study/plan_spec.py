@@ -20,12 +20,13 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from simtrain.errors import ScenarioError
+from simtrain.parallel.schedule import SCHEDULES as PIPELINE_SCHEDULES
 from simtrain.study.goodput import GoodputConfig, goodput_config
 from simtrain.study.variability import Jitter
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
+SCHEDULES = tuple(PIPELINE_SCHEDULES)  # every registered pipeline schedule
 # p99: the final runs' 99th-percentile step over the ``variability`` section's jittered steps.
 RANK_BY = ("time", "cost", "pareto", "p99")
 # Rank orders searched by default, innermost first: Megatron-LM's (TP, CP, PP, DP; Llama 3

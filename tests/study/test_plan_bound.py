@@ -16,6 +16,7 @@ from simtrain.simulate import simulate
 from simtrain.study.plan import plan_spec, search
 from simtrain.study.plan_bound import (
     Links,
+    ScheduleRoute,
     StageTail,
     chain_comm_bytes,
     injection_bandwidth,
@@ -196,3 +197,19 @@ def _compute_bound(result: Any, cand: Any) -> float:
     cluster = build_cluster(scenario.cluster)
     plan = build_plan(scenario, cluster)
     return step_time_bound(stage_compute_times(scenario, cluster, plan), plan.micro_batches)
+
+
+def test_the_bound_counts_the_microbatches_each_chunk_sees() -> None:
+    # 2 stages of 2 chunks, f = 1, b = 2, m = 4. Looping (all microbatches through every
+    # chunk): stage 1 waits for stage 0's first forward (1), then 4 x (3 + 3) = 24: 25.
+    times = [[(1.0, 2.0), (1.0, 2.0)], [(1.0, 2.0), (1.0, 2.0)]]
+    assert step_time_bound(times, 4) == 25.0
+    # DualPipe-like: half the microbatches per chunk, fed from both ends (no fill):
+    # 4 x (0.5 x 3 + 0.5 x 3) = 12
+    halves = ScheduleRoute(((0.5, 0.5), (0.5, 0.5)), several_routes=True)
+    assert step_time_bound(times, 4, route=halves) == 12.0
+    # one chunk, split backward: no drain term, so 1 + 4 x 3 = 13 (the drain would give
+    # 1 + 12 + 2 = 15, as in the tail test above)
+    one = [[(1.0, 2.0)], [(1.0, 2.0)]]
+    assert step_time_bound(one, 4) == 15.0
+    assert step_time_bound(one, 4, route=ScheduleRoute(split_backward=True)) == 13.0

@@ -180,3 +180,27 @@ def test_pareto_ranking_returns_the_front() -> None:
         for o in sims:
             to, co = res.time_and_cost(o, res.step_of(o))
             assert not (to < t and co < cost and o.headroom_gib > c.headroom_gib)
+
+
+def test_zero_bubble_and_dualpipe_are_searched_and_bounded() -> None:
+    # every registered schedule is searchable; the V schedules get vpp 2 (a chunk per
+    # direction), and the bound counts DualPipe's half of the microbatches per chunk and no
+    # drain behind deferred weight gradients, so it stays below each simulated step
+    spec = plan_spec({"model": {"preset": "tiny-gpt", "num_layers": 8},
+                      "cluster": {"preset": "dgx-a100", "nodes": 2},
+                      "training": {"tokens": "1T", "seq_len": 512, "global_batch": 64},
+                      "search": {"final_network": "analytic", "top": 10_000,
+                                 "micro_batch": [1], "zero": [0], "tp": [1, 2],
+                                 "recompute": ["none"], "pp": [2, 4],
+                                 "schedule": ["1f1b", "zb-h1", "zb-v", "dualpipe"],
+                                 "order": ["tp-cp-pp-dp"]}})
+    result = search(spec)
+    sims = [c for c in result.candidates if c.status == "simulated"]
+    kinds = {(c.parallelism["schedule"], c.parallelism["vpp"]) for c in sims}
+    assert kinds == {("1f1b", 1), ("zb-h1", 1), ("zb-v", 2), ("dualpipe", 2)}
+    assert result.counts["pruned"] == 0
+    for c in sims:
+        assert 0 < c.bound_s <= float(c.summary["step_time_s"]) * (1 + 1e-12), c.label
+    bad = [c for c in result.candidates if c.parallelism["schedule"] == "dualpipe"
+           and c.status == "invalid"]
+    assert all("dualpipe" in c.reason for c in bad)
