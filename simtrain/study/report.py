@@ -275,19 +275,21 @@ def _slider(spec: SweepSpec, names: list[str]) -> dict[str, Any]:
 
 def _point_section(spec: SweepSpec, label: str, row: dict[str, Any], div: FigureDivs) -> str:
     """Cards, axis values and the Gantt chart of one point, simulated again here."""
-    from simtrain.scenario import load_scenario
-    from simtrain.simulate import simulate
+    from simtrain.report.jobs import jobs_table_html
     from simtrain.study.spec import Point
+    from simtrain.study.worker import simulate_point
 
     values = tuple((k, row[k]) for k in spec.axes)
     point = Point(row["index"], row["point_id"], values)
     source = spec.base_path if spec.base_path is not None else spec.base
-    result = simulate(load_scenario(source, point.overrides))
+    result = simulate_point(source, point.overrides)
     where = ", ".join(f"{k} = {v}" for k, v in values)
     fig = gantt_figure(result.timeline, server_of=result.cluster.server_of,
                        title=f"{label} point #{point.index}: {where}")
+    jobs = result.summary.get("jobs")
+    table = jobs_table_html(jobs) if isinstance(jobs, dict) else ""
     return (f'<section id="{label}"><h2>{label.capitalize()} point (#{point.index})</h2>'
-            f"<p>{html.escape(where)}</p>{cards_html(result.summary)}\n"
+            f"<p>{html.escape(where)}</p>{cards_html(result.summary)}{table}\n"
             f"{div(fig, f'gantt-{label}')}</section>")
 
 

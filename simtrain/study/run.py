@@ -52,11 +52,11 @@ def check_axes(spec: SweepSpec, first: Point) -> None:
     Only structural errors (unknown field, a value where a section is expected) raise; a
     first point that is merely invalid (impossible plan) is left for the sweep to record.
     """
-    from simtrain.scenario import load_scenario
+    from simtrain.study.worker import load_point
 
     source = spec.base_path if spec.base_path is not None else spec.base
     try:
-        load_scenario(source, first.overrides)
+        load_point(source, first.overrides)
     except ScenarioError as exc:
         structural = exc.message.startswith("unknown field") or "not a section" in exc.message
         if not structural:

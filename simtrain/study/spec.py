@@ -41,7 +41,7 @@ MAX_POINTS = 1_000_000  # a range or grid larger than this is surely a typo
 # (simtrain.report.schema, the one list of summary metrics), and the flattened groups such
 # as exposed_comm_by_kind.dp_comm.
 OBJECTIVE_METRICS = tuple(m.key for m in METRICS if not m.optional)
-OBJECTIVE_PREFIXES = ("exposed_comm_by_kind.", "memory_breakdown.", "parallelism.",
+OBJECTIVE_PREFIXES = ("exposed_comm_by_kind.", "memory_breakdown.", "parallelism.", "jobs.",
                       "variability.")
 _TOP_KEYS = ("name", "description", "base", "axes", "zip", "objective")
 

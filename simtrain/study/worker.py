@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from simtrain.errors import ScenarioError
@@ -30,18 +31,51 @@ def run_batch(base: dict[str, Any], base_label: str, tasks: Sequence[Task]
     return [run_point(base, base_label, task) for task in tasks]
 
 
+def is_jobs(source: Path | Mapping[str, Any]) -> bool:
+    """Whether a sweep's base (a file or its content) is a scenario with ``jobs``."""
+    if isinstance(source, Mapping):
+        return "jobs" in source
+    from simtrain.jobs.spec import is_jobs_file
+
+    return is_jobs_file(source)
+
+
+def load_point(source: Path | Mapping[str, Any], overrides: Sequence[str]) -> Any:
+    """The scenario of one point: a ``JobsScenario`` for a base with ``jobs``, else a
+    ``Scenario`` (ScenarioError on bad input)."""
+    if is_jobs(source):
+        from simtrain.jobs.spec import load_jobs
+
+        return load_jobs(source, overrides)
+    from simtrain.scenario import load_scenario
+
+    return load_scenario(source, overrides)
+
+
+def simulate_point(source: Path | Mapping[str, Any], overrides: Sequence[str]) -> Any:
+    """Simulate one point: ``simulate`` of its scenario, or for several jobs on one cluster
+    ``simulate_jobs`` (each job also alone, so its summary has ``slowdown``). Either result
+    has ``summary``, ``timeline`` and ``cluster``."""
+    scenario = load_point(source, overrides)
+    if is_jobs(source):
+        from simtrain.jobs.run import simulate_jobs
+
+        return simulate_jobs(scenario)
+    from simtrain.simulate import simulate
+
+    return simulate(scenario)
+
+
 def run_point(base: dict[str, Any], base_label: str, task: Task) -> dict[str, Any]:
     """One task -> its journal record (see :mod:`simtrain.study.journal`)."""
     from simtrain.engine.sim import SimulationDeadlock
-    from simtrain.scenario import load_scenario
-    from simtrain.simulate import simulate
 
     index, pid, values, overrides = task
     record: dict[str, Any] = {"id": pid, "index": index, "values": values, "status": "ok",
                               "error": None, "summary": None}
     start = time.perf_counter()
     try:
-        result = simulate(load_scenario(base, overrides))
+        result = simulate_point(base, overrides)
         record["summary"] = json.loads(json.dumps(result.summary, default=str))
     except ScenarioError as exc:
         record["status"] = "invalid"

@@ -167,3 +167,32 @@ def test_report_is_written_with_the_tables(tmp_path: Path, reference: SweepResul
     shutil.copytree(reference.files["journal"].parent, out)
     result = run_sweep(spec, out, executor=CountingExecutor())
     assert result.ran == 0 and result.files["report"].read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_sweep_moves_one_job_of_a_shared_cluster(tmp_path: Path) -> None:
+    # tests/jobs/test_shared_fabric.py's hand-derived case: job b on GPUs (1, 9) shares the
+    # spine uplinks with job a and is slower than alone; on (1, 2) it crosses no shared
+    # link, so its slowdown is exactly 1 and the objective picks it
+    a = {"placement": [0, 8], "model": {"preset": "gpt2-small", "num_layers": 2},
+         "training": {"global_batch_size": 2, "micro_batch_size": 1, "seq_len": 1024,
+                      "dtype": "bf16"},
+         "parallelism": {"ddp": {"overlap": False, "grad_dtype": "fp32"}}}
+    base = {"name": "maxmin",
+            "cluster": {"preset": "dgx-h100", "nodes": 2, "fabric": "fat-tree",
+                        "nodes_per_leaf": 1, "oversubscription": 8},
+            "comm": {"backend": "ideal", "algorithm": "ring"},
+            "compute": {"comm_interference": 0},
+            "jobs": {"a": a, "b": {**a, "placement": [1, 9]}}}
+    spec = load_sweep({"base": base, "axes": {"jobs.b.placement": ["1,9", "1-2"]},
+                       "objective": {"metric": "jobs.b.slowdown", "goal": "min"}})
+    result = run_sweep(spec, tmp_path / "out")
+    rows = {r["jobs.b.placement"]: r for r in result.rows}
+    assert all(r["status"] == "ok" for r in rows.values())
+    extra = 4 * 53_561_088 / 25e9 - 4 * 53_561_088 / 50e9  # 4.28488704 ms, as there
+    crossing = rows["1,9"]
+    assert crossing["jobs.b.step_time_s"] - crossing["jobs.b.step_time_alone_s"] == \
+        pytest.approx(extra, rel=1e-6)
+    assert rows["1-2"]["jobs.b.slowdown"] == 1.0
+    assert rows["1-2"]["jobs.b.gpus"] == "1-2"
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "jobs.b.placement = 1-2" in html and "slowdown" in html
