@@ -250,16 +250,17 @@ def test_gpu_override_keeps_derived_bandwidths_consistent() -> None:
 
 
 def test_16k_gpu_cluster_builds_fast() -> None:
-    start = time.perf_counter()
+    # CPU seconds, not wall: the limit is about the code, not the machine's other load
+    start = time.process_time()
     c = cluster(preset="dgx-h100", nodes=2048)
-    assert time.perf_counter() - start < 5.0
+    assert time.process_time() - start < 5.0
     assert c.num_gpus == 16384
     # Rank 0 (unit 0, rail 0) to rank 16383 (server 2047 = unit 63, rail 7): via a spine.
     assert len(c.route(0, 16383)) == 6
-    start = time.perf_counter()
+    start = time.process_time()
     for r in range(0, 16384, 16):
         c.route(r, 16383 - r)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_gb200_nvl72_is_one_nvlink_domain_of_72() -> None:

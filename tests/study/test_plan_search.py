@@ -4,7 +4,7 @@ and the reasons for rejected candidates."""
 
 from __future__ import annotations
 
-import time
+import os
 from typing import Any
 
 import pytest
@@ -56,12 +56,13 @@ def test_batch_smaller_than_the_gpu_count_is_planned() -> None:
 def test_llama3_405b_on_16k_gpus_finds_tp8_pp16_dp128() -> None:
     # issue #19: 2,048 DGX H100 nodes, 2,048 sequences of 8,192 tokens (the full search,
     # every axis, is benchmarks/bench_plan.py --case 405b)
-    t0 = time.perf_counter()
+    # CPU seconds of this process and its finished workers, not wall: the limit is about
+    # the search, not the machine's other load
+    t0 = sum(os.times()[:4])
     res = search(_spec("llama3-405b", "dgx-h100", 2048, 2048, 8192, top=2, tp=[4, 8],
                        pp=[8, 16], micro_batch=[1], zero=[1, 3], recompute=["none"],
                        order=["tp-cp-pp-dp"]))
-    wall = time.perf_counter() - t0
-    assert wall < 60.0
+    assert sum(os.times()[:4]) - t0 < 60.0
     target = [c for c in res.candidates if (c.parallelism["tp"], c.parallelism["pp"],
                                             c.parallelism["dp"]) == (8, 16, 128)]
     assert target and any(c.status in ("simulated", "pruned") for c in target)
