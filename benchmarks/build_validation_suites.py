@@ -22,6 +22,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from simtrain.workload.fp8 import FP8_RECIPES
+
 OUT = Path(__file__).resolve().parent.parent / "scenarios" / "validation"
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 
@@ -141,10 +143,11 @@ def precision(prec: str | None) -> tuple[dict[str, Any], list[str]]:
                "mxfp8_cublas_rceil": "mxfp8", "float8 rowwise": "rowwise",
                "fp8 blockwise": "blockwise"}
     for label, recipe in recipes.items():
-        if p == label:
-            return {"dtype": "fp8", "fp8": {"recipe": recipe}}, [f"FP8 training ({recipe})"]
+        if p == label:  # simtrain models FP8_RECIPES (workload/fp8.py); no label for those
+            needs = [] if recipe in FP8_RECIPES else [f"FP8 training ({recipe})"]
+            return {"dtype": "fp8", "fp8": {"recipe": recipe}}, needs
     if p.startswith(("fp8", "float8")):
-        return {"dtype": "fp8"}, ["FP8 training"]
+        return {"dtype": "fp8"}, []
     raise KeyError(f"unknown precision {prec!r}")
 
 
@@ -154,12 +157,12 @@ SYSTEMS: dict[str, tuple[str, int, str]] = {
     "DGX-H200": ("dgx-h200", 8, ""),
     "DGX-A100": ("dgx-a100", 8, ""),
     "DGX-B200": ("dgx-b200", 8, ""),
-    "DGX-B300": ("dgx-b300", 8, "DGX B300 cluster preset"),
+    "DGX-B300": ("dgx-b300", 8, ""),
     # GB200/GB300 NVL72: a node is a rack, one NVLink domain of 72 GPUs (18 trays of 4).
     # A job of up to 72 GPUs sits in one rack; larger (power-of-two) jobs use 64 GPUs,
     # 16 trays, per rack: the largest power of two a rack holds (not stated by sources).
-    "DGX-GB200": ("gb200-nvl72", 64, "GB200 NVL72 cluster preset"),
-    "DGX-GB300": ("gb300-nvl72", 64, "GB300 NVL72 cluster preset"),
+    "DGX-GB200": ("gb200-nvl72", 64, ""),
+    "DGX-GB300": ("gb300-nvl72", 64, ""),
 }
 RACK = 72
 

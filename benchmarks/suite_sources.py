@@ -127,9 +127,24 @@ def make_row(*, rid: str, src: dict[str, Any], published: dict[str, float], mode
         else:
             pbody[k] = v
     scenario = {"cluster": cbody, "model": mbody, "training": tr, "parallelism": pbody}
-    all_needs = list(dict.fromkeys([*mneeds, *cneeds, *pneeds, *needs]))
+    all_needs = list(dict.fromkeys([*mneeds, *cneeds, *pneeds, *needs, *layout_needs(pbody)]))
     return {"id": rid, "source": src, "published": published, "needs": all_needs,
             "scenario": scenario}
+
+
+def layout_needs(par: dict[str, Any]) -> list[str]:
+    """Labels of layouts the source ran that simtrain cannot place: a pipeline chunk with
+    no transformer layer (Megatron-Core's account_for_embedding/loss_in_pipeline_split
+    count the embedding and the loss as a layer each: 126 layers in 128 chunks), and
+    expert groups larger than a pipeline stage's ranks."""
+    out = []
+    if 0 in (par.get("pp_layers") or []):
+        out.append("pipeline chunks holding only the embedding or the loss")
+    ep = par.get("ep", 1) * par.get("etp", par["tp"])  # etp defaults to tp
+    stage = par["tp"] * par["cp"] * par["dp"]
+    if par.get("ep", 1) > 1 and stage % ep:
+        out.append(f"expert groups ({ep} ranks) spanning pipeline stages of {stage} ranks")
+    return out
 
 
 def unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -175,8 +175,7 @@ def deepseek_v3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
         shapes=shapes, seq=4096, system="DGX-H100", gpus=2048, gbs=15360, mbs=1, pp=16,
         ep=64, dp=128, prec="fp8 blockwise", gpu="h800",
         par={"schedule": "dualpipe", "moe_dispatcher": "deepep"},
-        model_extra={"routing_node_limit": 4},  # "each token ... to at most 4 nodes"
-        needs=["DualPipe schedule"])
+        model_extra={"routing_node_limit": 4})  # "each token ... to at most 4 nodes"
         for r in source["rows"]]
 
 
