@@ -227,6 +227,9 @@ def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
                 continue
             prec = _bridge_prec(cfg, bool(variant))
             needs, training, extra = [], {}, {}
+            if cfg.get("task") == "lora":  # 26.06 LoRA rows: frozen base weights, no wgrad
+                training["finetune"] = "lora"
+                needs.append("LoRA fine-tuning (frozen base weights)")
             if "Kimi" in cfg["model"]:
                 training["optimizer"] = "muon"
                 needs.append("Muon optimizer")
