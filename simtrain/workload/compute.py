@@ -53,9 +53,9 @@ GEMM_EFFICIENCY: dict[str, float] = {
 # executes 7·l·s·h per token (backward 2.5x forward, as Op.flops counts), so its efficiency
 # on executed FLOPs is 7/6 · 804 / 2250 = 0.417 (tests/workload/test_blackwell_attention.py
 # repeats the fit). The same fit on NeMo's H100 rows (24.03, pre-FA3 kernels) gives 0.27.
-# Blackwell Ultra (B300/GB300) doubles the exponential (SFU) throughput of softmax (NVIDIA,
-# Blackwell Ultra announcement, 2025; general knowledge): not modelled, those GPUs share
-# the B200's value.
+# B300/GB300 share it: their measured lead over GB200 on the same jobs (1.19-1.24x) is
+# not attention-specific (docs/blackwell.md), so Blackwell Ultra's faster softmax
+# exponentials (NVIDIA, general knowledge) are not modelled.
 ATTENTION_EFFICIENCY: dict[str, float] = {
     "volta": 0.35, "ampere": 0.60, "hopper": 0.55, "blackwell": 0.42, "cdna3": 0.40,
 }
