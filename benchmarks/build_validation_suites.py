@@ -139,9 +139,13 @@ def precision(prec: str | None) -> tuple[dict[str, Any], list[str]]:
         return {}, []
     if p in ("nvfp4",):
         return {"dtype": "fp4"}, ["NVFP4 training"]
+    # "FP8-CS" is per-tensor current scaling (Megatron Bridge 25.11 legend, measured_runs
+    # precision_25_11: "FP8-CS = FP8 current scaling"; NeMo 25.04/25.07 "FP8 with per-tensor
+    # current-step scaling"): TE Float8CurrentScaling, simtrain recipe ``current``. A bare
+    # "FP8" states no recipe and keeps the default (delayed).
     recipes = {"mxfp8": "mxfp8", "fp8-mx": "mxfp8", "mxfp8_cublas": "mxfp8",
-               "mxfp8_cublas_rceil": "mxfp8", "float8 rowwise": "rowwise",
-               "fp8 blockwise": "blockwise"}
+               "mxfp8_cublas_rceil": "mxfp8", "fp8-cs": "current",
+               "float8 rowwise": "rowwise", "fp8 blockwise": "blockwise"}
     for label, recipe in recipes.items():
         if p == label:  # simtrain models FP8_RECIPES (workload/fp8.py); no label for those
             needs = [] if recipe in FP8_RECIPES else [f"FP8 training ({recipe})"]

@@ -212,8 +212,15 @@ def nemo2_docs(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
                 published={"tokens_per_s_per_gpu": cfg["tok_s_gpu"]}, model=cfg["model"],
                 shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
                 gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
-                vp=cfg["vp"], ep=cfg["ep"], dp=None, fsdp=bool(cfg.get("fsdp")), prec="FP8"))
+                vp=cfg["vp"], ep=cfg["ep"], dp=None, fsdp=bool(cfg.get("fsdp")),
+                prec=_nemo2_prec(cfg["rel"])))
     return unique(rows)
+
+
+def _nemo2_prec(release: str) -> str:
+    """The source's fixed precision: 25.02 "FP8 precision (using NeMo 2.0)" (no recipe
+    stated); 25.04 and 25.07 "FP8 with per-tensor current-step scaling" (FP8-CS)."""
+    return "FP8" if release == "25.02" else "FP8-CS"
 
 
 def _bridge_prec(cfg: dict[str, Any], alt: bool) -> str:
@@ -235,6 +242,9 @@ def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
                 continue
             prec = _bridge_prec(cfg, bool(variant))
             needs, training, extra = [], {}, {}
+            if cfg.get("task") == "lora":  # 26.06 LoRA rows: frozen base weights, no wgrad
+                training["finetune"] = "lora"
+                needs.append("LoRA fine-tuning (frozen base weights)")
             if "Kimi" in cfg["model"]:
                 training["optimizer"] = "muon"
                 needs.append("Muon optimizer")

@@ -44,8 +44,20 @@ GEMM_EFFICIENCY: dict[str, float] = {
 # abstract and Sec. 4.1); FlashAttention-3 reaches up to 75% on H100 in FP16 (Shah et al.
 # 2024, abstract) while FA2 on H100 reaches ~35-40%; 0.55 sits between cuDNN/FA3 and FA2.
 # Volta has no FlashAttention-2 kernels (memory-efficient attention is much slower).
+# Blackwell 0.42: measured, from NeMo's B200 long-sequence table (NVIDIA/NeMo 19fadb67,
+# docs/source/performance/performance_long_sequence.md; measured_runs.yaml
+# nemo_long_sequence_cp): Llama 3 8B FP8 at 8K-1M tokens, where core attention (BF16,
+# cuDNN fused attention, NeMo 25.04) is 22-97% of the counted FLOPs. Time per token
+# T(s) = 6·l·s·h / R_a + 6·N / R_g (NeMo counts 12·l·s·h attention FLOPs, non-causal;
+# a causal kernel runs half) fits all 8 rows within 6% with R_a = 804 TFLOP/s; the kernel
+# executes 7·l·s·h per token (backward 2.5x forward, as Op.flops counts), so its efficiency
+# on executed FLOPs is 7/6 · 804 / 2250 = 0.417 (tests/workload/test_blackwell_attention.py
+# repeats the fit). The same fit on NeMo's H100 rows (24.03, pre-FA3 kernels) gives 0.27.
+# B300/GB300 share it: their measured lead over GB200 on the same jobs (1.19-1.24x) is
+# not attention-specific (docs/blackwell.md), so Blackwell Ultra's faster softmax
+# exponentials (NVIDIA, general knowledge) are not modelled.
 ATTENTION_EFFICIENCY: dict[str, float] = {
-    "volta": 0.35, "ampere": 0.60, "hopper": 0.55, "blackwell": 0.50, "cdna3": 0.40,
+    "volta": 0.35, "ampere": 0.60, "hopper": 0.55, "blackwell": 0.42, "cdna3": 0.40,
 }
 # Fraction of HBM bandwidth streaming elementwise/norm kernels reach: STREAM-like copies
 # reach ~85-90% of datasheet bandwidth on A100/H100 (held at 0.85 when Hopper was fitted).
