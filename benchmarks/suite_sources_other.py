@@ -12,17 +12,46 @@ GRAND_TETON_GPU = "h100-96gb-hbm2e-500w"
 TITAN_CHOICES = [
     "Not stated, chosen: FSDP2 is zero 3 over the data-parallel group; global batch = local",
     "batch x FSDP degree where not stated; with PP the local batch splits into pp",
-    "microbatches (torchtitan's default count); selective AC is simtrain's selective",
-    "recompute, full AC full; TP is sequence parallel; AsyncTP is tp_comm_overlap;",
-    "torch.compile is not modelled (no kernel fusion beyond simtrain's own); Float8 is",
-    "training.dtype fp8 (tensorwise dynamic scaling, torchao's default); sim.granularity layer.",
+    "microbatches (torchtitan's default count); selective (op) AC is recompute: op",
+    "(torchtitan's per-op policy: every second mm recomputed, SDPA saved), full AC full;",
+    "TP is sequence parallel; AsyncTP is tp_comm_overlap; rows stated without",
+    "torch.compile run model.elementwise eager (RMSNorm, RoPE, SwiGLU as aten ops), the",
+    "others simtrain's fused kernels; Float8 is training.dtype fp8 with recipe",
+    "current (tensorwise dynamic scaling, torchao's default); attention is PyTorch SDPA's",
+    "FlashAttention-2 (compute.attention_impl fa2) on H100/H200/A100; sim.granularity layer.",
 ]
+# Fused attention torchtitan runs: PyTorch SDPA's flash backend, FlashAttention-2
+# (simtrain/workload/attention_impl.py); FA2 has no Blackwell figure, so B200/GB200 rows
+# keep the default.
+FA2_GPUS = ("h100", "h200", "a100")
 # torchtitan's device mesh is (pp, dp, cp, tp): pipeline outermost, as ORDER.
 TITAN_BASE: dict[str, Any] = {"parallelism": {"order": ORDER,
                                               "ddp": {"overlap_param_gather": False}},
                               "sim": {"granularity": "layer"}}
-AC = {"selective": "selective", "selective op": "selective", "per-op sac": "selective",
+# torchtitan's "selective" AC of its Llama 3 configs is the op policy (llama3_8b.toml:
+# mode = 'selective', selective_ac_option = 'op'; the MXFP8 doc says "per-op SAC").
+AC = {"selective": "op", "selective op": "op", "per-op sac": "op",
       "full": "full", "none": "none", "disabled": "none"}
+
+
+def _compiled(techniques: str) -> dict[str, Any]:
+    """The model overlay of a row run with or without torch.compile (stated per row in the
+    2024-12 tables): without it, norms, RoPE and SwiGLU run as eager aten ops."""
+    return {} if "torch.compile" in techniques else {"elementwise": "eager"}
+
+
+def _stack(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with torchtitan's software stack: torchao's tensorwise dynamic Float8
+    (``Float8LinearConfig`` default: each cast scaled by its tensor's current amax, the
+    FP8 ``current`` recipe) and SDPA's FlashAttention-2 on the GPUs it has a figure for."""
+    sc = row["scenario"]
+    tr = sc["training"]
+    if tr.get("dtype") == "fp8" and "fp8" not in tr:
+        tr["fp8"] = {"recipe": "current"}
+    if str(sc["cluster"].get("gpu") or sc["cluster"]["preset"]).startswith(
+            ("dgx-h100", "dgx-h200", "dgx-a100", *FA2_GPUS)):
+        sc["compute"] = {"attention_impl": "fa2"}
+    return row
 
 
 def _ac(ac: str) -> tuple[dict[str, Any], list[str]]:
@@ -50,13 +79,13 @@ def torchtitan_2024_12(source: dict[str, Any], shapes: Shapes) -> list[dict[str,
         if "AsyncTP" in r["techniques"]:
             par["tp_comm_overlap"] = True
         vp = 2 if r.get("pp_schedule") == "Interleaved 1F1B" else None
-        rows.append(make_row(
+        rows.append(_stack(make_row(
             rid=slug(f"t{r['table']}", r["model"], f"{r['gpus']}gpu", r["techniques"],
                      f"seq{seq // 1024}k"), src=r,
             published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model=r["model"],
             shapes=shapes, seq=seq, system="DGX-H100", gpus=r["gpus"], gbs=gbs, mbs=mbs,
             tp=tp, pp=pp, cp=cp, vp=vp, dp=fsdp, fsdp=True, prec=_titan_prec(r["techniques"]),
-            gpu=GRAND_TETON_GPU, par=par, needs=needs))
+            gpu=GRAND_TETON_GPU, par=par, needs=needs, model_extra=_compiled(r["techniques"]))))
     return unique(rows)
 
 
@@ -66,22 +95,22 @@ def torchtitan_async_tp(source: dict[str, Any], shapes: Shapes) -> list[dict[str
         for mode, overlap in (("vanilla_tp", False), ("async_tp", True)):
             par, needs = _ac(r["ac"])
             par["tp_comm_overlap"] = overlap
-            rows.append(make_row(
+            rows.append(_stack(make_row(
                 rid=slug(r["model"], r["prec"], mode.replace("_", "-")), src=r,
                 published={"tokens_per_s_per_gpu": r[f"tok_s_{mode}"]}, model=r["model"],
                 shapes=shapes, seq=r["seq_inf"], system="DGX-H100", gpus=r["gpus"],
                 gbs=r["lbs"] * r["fsdp"], mbs=r["lbs"], tp=r["tp"], dp=r["fsdp"], fsdp=True,
                 prec=_titan_prec(r["prec"]), gpu=GRAND_TETON_GPU, par=par,
-                needs=needs))
+                needs=needs)))
     return unique(rows)
 
 
 def torchtitan_h200(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
-    return unique([make_row(
+    return unique([_stack(make_row(
         rid=slug("llama3.1-8b", f"{r['gpus']}gpu"), src=r,
         published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model="Llama 3.1 8B",
         shapes=shapes, seq=8192, system="DGX-H200", gpus=r["gpus"], gbs=r["gbs_inf"],
-        mbs=r["lbs"], dp=r["gpus"], fsdp=True, prec="float8", par={"recompute": "selective"})
+        mbs=r["lbs"], dp=r["gpus"], fsdp=True, prec="float8", par={"recompute": "op"}))
         for r in source["rows"]])
 
 
@@ -94,14 +123,14 @@ def torchtitan_docs(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
         optim = r.get("optim") or ""
         if "Async TP" in optim:
             par["tp_comm_overlap"] = True
-        rows.append(make_row(
+        rows.append(_stack(make_row(
             rid=slug(r["model"], r["gpu"].split(" ")[0], f"{r['gpus']}gpu", r["ac"], optim,
                      f"lbs{r['lbs']}"), src=r,
             published={"tokens_per_s_per_gpu": r["tok_s_gpu"]}, model=r["model"],
             shapes=shapes, seq=seq, system="DGX-H100" if h100 else "DGX-A100", gpus=r["gpus"],
             gbs=r["gbs"], mbs=r["lbs"], tp=r.get("tp", 1), dp=r["fsdp"], fsdp=True,
             prec=_titan_prec(optim), gpu=GRAND_TETON_GPU if h100 else "a100-80gb", par=par,
-            needs=needs))
+            needs=needs)))
     return unique(rows)
 
 
@@ -135,14 +164,14 @@ def torchtitan_mxfp8(source: dict[str, Any], shapes: Shapes) -> list[dict[str, A
                            published={"tokens_per_s_per_gpu": r["tok_s_gpu"]},
                            model="Llama3-8B", shapes=shapes, seq=8192, system="DGX-B200",
                            gpus=8, gbs=8, mbs=1, dp=8, fsdp=True, prec=prec,
-                           par={"recompute": "selective"})
+                           par={"recompute": "op"})
         else:
             row = make_row(rid=slug("llama4-scout-gb200", scaling), src=r,
                            published={"tokens_per_s_per_gpu": r["tok_s_gpu"]},
                            model="Llama4 Scout", shapes=shapes, seq=8192, system="DGX-GB200",
                            gpus=256, gbs=2560, mbs=10, ep=16, dp=256, fsdp=True, prec=prec,
                            needs=["expert FSDP degree (64) != FSDP degree (256)"])
-        rows.append(row)
+        rows.append(_stack(row))
     return unique(rows)
 
 

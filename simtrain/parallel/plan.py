@@ -83,10 +83,10 @@ class ParallelismConfig(BaseModel):
     stages: transformer layers per model chunk, first to last (pp·vpp counts, placed by the
     schedule: looping puts model chunk c·pp + i in chunk c of stage i), e.g. lighter first
     and last chunks as Megatron's ``--decoder-first/last-pipeline-num-layers``. ``zero`` is
-    the
-    ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e. FSDP
-    full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
-    2022) or full (whole layers). ``cp_algorithm``: ring attention, all-gather of KV,
+    the ZeRO stage (0 = DDP, 1 = optimizer states, 2 = + gradients, 3 = + parameters, i.e.
+    FSDP full sharding). ``recompute``: none, selective (attention core, Korthikanti et al.
+    2022), op (torchtitan's per-op checkpointing, ``op_checkpoint.py``) or full (whole
+    layers). ``cp_algorithm``: ring attention, all-gather of KV,
     Ulysses all-to-all (a2a) or a2a over ``cp_a2a_size`` ranks x ring across (a2a+p2p);
     see ``context_volume.py``. ``fsdp``: the ZeRO-3 knobs (HSDP shard group, reshard,
     prefetch, reduce dtype; ``fsdp.py``).
@@ -113,7 +113,7 @@ class ParallelismConfig(BaseModel):
     schedule: str = Field("1f1b", description="pipeline schedule: one of "
                           + ", ".join(SCHEDULES))
     pp_layers: list[int] | None = None
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Literal["none", "selective", "op", "full"] = "none"
     cp_algorithm: str = Field("ring", description="context parallel attention: one of "
                               + ", ".join(CP_ALGORITHMS))
     cp_a2a_size: int | None = Field(None, gt=0, description="a2a+p2p: CP ranks of each "

@@ -4,7 +4,8 @@ Forward: each unit's kernels and collectives in order. Backward: the units in re
 each unit's steps in reverse, every kernel replaced by its backward kernels
 (``backward_ops``) and every collective by its backward op; recompute adds the forward
 kernels again before they are needed: "full" recomputes every transformer layer's forward
-before its backward, "selective" only core attention (Korthikanti et al. 2022). A
+before its backward, "selective" only core attention (Korthikanti et al. 2022), "op" what
+torchtitan's per-op checkpointing does not save (``op_checkpoint``). A
 zero-bubble schedule splits the backward: B keeps recompute, collectives and the
 input-gradient kernels, W the weight-gradient kernels (``Op.grad``).
 """
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from simtrain.parallel.context import ring_backward, ring_forward
+from simtrain.parallel.op_checkpoint import recomputed_steps
 from simtrain.parallel.shard import Comm, Compute, Ring, Unit
 from simtrain.parallel.templates import (
     Collective,
@@ -91,6 +93,9 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
     keep_weight = part == "all"
     if recompute == "full" and unit.layer >= 0:
         out += forward(unit, "recompute", cp, duration)
+    if recompute == "op" and unit.layer >= 0:
+        redo = Unit(unit.name, recomputed_steps(unit.steps), unit.layer)
+        out += forward(redo, "recompute", cp, duration)
     selective = recompute == "selective"
     for step in reversed(unit.steps):
         match step:

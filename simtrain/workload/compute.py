@@ -19,11 +19,12 @@ measurements (shared/reference/calibration.yaml).
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simtrain.units import Seconds
+from simtrain.workload.attention_impl import fa2_efficiency
 from simtrain.workload.model import OP_KINDS, Op
 
 # Fraction of dense peak a large, well-shaped bf16 GEMM reaches with cuBLAS/cuBLASLt.
@@ -102,8 +103,11 @@ class ComputeConfig(BaseModel):
     tile_fill_latency: Seconds = Field(0.5e-6, ge=0.0)
     # Peak fraction of a large FP8 GEMM (None: simtrain.workload.fp8.FP8_GEMM_EFFICIENCY).
     fp8_gemm_efficiency: float | None = None
-    # Peak fraction of fused (flash) attention on executed FLOPs (None: per-arch default).
+    # Peak fraction of fused (flash) attention on executed FLOPs (None: from attention_impl).
     attention_efficiency: float | None = None
+    # The fused attention kernel: "default" (per-arch ATTENTION_EFFICIENCY) or "fa2"
+    # (FlashAttention-2, as PyTorch SDPA runs it; simtrain.workload.attention_impl).
+    attention_impl: Literal["default", "fa2"] = "default"
     # Training uses causal masks: a causal flash kernel skips the blocks above the diagonal
     # and executes about half the non-causal FLOPs that Op.flops counts (MFU convention).
     causal_attention: bool = True
@@ -163,7 +167,9 @@ class ComputeConfig(BaseModel):
         return _by_arch(self.memory_efficiency, MEMORY_EFFICIENCY, arch, "memory_efficiency")
 
     def max_attention_efficiency(self, arch: str) -> float:
-        """The configured attention efficiency, or the default for ``arch``."""
+        """The configured attention efficiency, else ``attention_impl``'s for ``arch``."""
+        if self.attention_efficiency is None and self.attention_impl == "fa2":
+            return fa2_efficiency(arch)
         return _by_arch(self.attention_efficiency, ATTENTION_EFFICIENCY, arch,
                         "attention_efficiency")
 

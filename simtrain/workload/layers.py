@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from simtrain.workload.eager import eager_activation, eager_norm, eager_rope
 from simtrain.workload.mla import mla_attention, mla_projections, mla_widths
 from simtrain.workload.ops import (
     ACT_FLOPS,
@@ -116,7 +117,18 @@ def padded_vocab(cfg: ModelConfig, tp: int) -> int:
 
 
 def _norm(name: str, cfg: ModelConfig, m: int, dt: int) -> Op:
-    return norm(name, cfg.hidden_size, cfg.norm == "layernorm", m, dt)
+    op = norm(name, cfg.hidden_size, cfg.norm == "layernorm", m, dt)
+    if cfg.elementwise == "eager":
+        return eager_norm(op, m, cfg.hidden_size, dt, cfg.norm == "rmsnorm")
+    return op
+
+
+def _act(cfg: ModelConfig, name: str, tokens: int, fc1: int, width: int, dt: int) -> Op:
+    """The activation over ``tokens`` rows of fc1's output (``width`` outputs each)."""
+    op = elementwise(name, tokens * fc1, tokens * width, ACT_FLOPS, dt, dt * tokens * fc1)
+    if cfg.elementwise == "eager":
+        return eager_activation(op, tokens * width, dt, cfg.activation == "swiglu")
+    return op
 
 
 def layer_window(cfg: ModelConfig, i: int) -> int | None:
@@ -201,8 +213,7 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
         return Op(op.name, op.kind, op.flops, op.bytes + extra, shape, params,
                   op.activation_bytes, role="expert", groups=local_experts)
 
-    act = replace(elementwise(f"{p}.mlp.act", tokens * fc1_out, tokens * fe, ACT_FLOPS, dt,
-                              dt * tokens * fc1_out), role="expert")
+    act = replace(_act(cfg, f"{p}.mlp.act", tokens, fc1_out, fe, dt), role="expert")
     router = gemm(f"{p}.mlp.router", m, cfg.num_experts, h, dt, False, dt * m * h)
     experts = [grouped(gemm(f"{p}.mlp.fc1", tokens, fc1_out, h, dt, cfg.bias, dt * tokens * h)),
                act,
@@ -235,10 +246,12 @@ def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard,
     d = cfg.head_width
     kvl = kv_heads_per_rank(cfg.kv_heads, t) * d
     hl = al * d
-    items.append(gemm(f"{p}.attn.qkv", m, hl + 2 * kvl, h, dt, cfg.bias, dt * m * h))
+    qkv = gemm(f"{p}.attn.qkv", m, hl + 2 * kvl, h, dt, cfg.bias, dt * m * h)
+    items.append(replace(qkv, parts=(hl, kvl, kvl)))
     if cfg.position_embedding == "rope":
-        items.append(elementwise(f"{p}.attn.rope", m * (hl + kvl), m * (hl + kvl), ROPE_FLOPS,
-                                 dt))
+        rope = elementwise(f"{p}.attn.rope", m * (hl + kvl), m * (hl + kvl), ROPE_FLOPS, dt)
+        eager = cfg.elementwise == "eager"
+        items.append(eager_rope(rope, m * (hl + kvl), dt) if eager else rope)
     if shard.cp > 1:  # context parallelism runs fused (flash) blocks whatever the kernel
         core = flash_attention(f"{p}.attn.core", b, al, sl, s, hl, kvl, dt)
         items.append(ContextAttention(f"{p}.attn.kv_allgather", core,
@@ -254,8 +267,9 @@ def _mlp(cfg: ModelConfig, name: str, m: int, width: int, dt: int) -> list[Item]
     activation, fc2."""
     h = cfg.hidden_size
     fc1 = (2 if cfg.activation == "swiglu" else 1) * width
-    return [gemm(f"{name}.fc1", m, fc1, h, dt, cfg.bias, dt * m * h),
-            elementwise(f"{name}.act", m * fc1, m * width, ACT_FLOPS, dt, dt * m * fc1),
+    up = gemm(f"{name}.fc1", m, fc1, h, dt, cfg.bias, dt * m * h)
+    return [replace(up, parts=(width, width)) if cfg.activation == "swiglu" else up,
+            _act(cfg, f"{name}.act", m, fc1, width, dt),
             gemm(f"{name}.fc2", m, h, width, dt, cfg.bias, dt * m * width)]
 
 

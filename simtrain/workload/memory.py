@@ -31,7 +31,7 @@ from simtrain.workload.mla import mla_activation_units
 from simtrain.workload.model import ModelConfig
 
 GIB = 2**30
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "op", "full"]
 
 OPTIMIZER_STATE_BYTES = 12.0  # fp32 master weight + Adam m + v (ZeRO's K = 12)
 
@@ -93,7 +93,9 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     rank's experts see (top-k x capacity), shared experts add a dense MLP's terms and the
     router its fp32 logits; the fullest of a dense and a MoE layer counts when the first
     layers are dense. MLA: ``mla.mla_activation_units`` in place of Q, K, V and the proj
-    input. Query width a·d (= h unless head_dim is given). With dropout,
+    input. Query width a·d (= h unless head_dim is given). ``op`` (torchtitan's per-op
+    checkpointing): the block input, the saved mm and SDPA outputs
+    (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp. With dropout,
     MHA, gelu, 4h and cp = 1 this is exactly ``korthikanti_activation_bytes``.
     """
     h, sl = cfg.hidden_size, s // cp
@@ -103,6 +105,12 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     if recompute == "full":
         return 2.0 * sl * b * h * unit / (tp if sp else 1)
     rep = tp if sp else 1
+    if recompute == "op":  # torchtitan per-op checkpointing (simtrain.parallel.op_checkpoint)
+        sharded, whole = op_checkpoint_widths(q, kv, h, cfg.ffn_size, cfg.activation == "swiglu")
+        heads = cfg.num_heads // tp
+        replicated = h * (1 + (2 if sp and tp > 1 else 0))  # block input, saved RS outputs
+        return (dtype_bytes * sl * b * (sharded / tp + whole + replicated / rep)
+                + 4.0 * heads * sl * b)  # + the fp32 logsumexp of the saved SDPA
     mask = 1.0 if cfg.dropout_masks else 0.0
     replicated = (4.0 + 2.0 + mask + 2.0 + mask) * sl * b * h
     full = 0.0  # on every TP rank whatever SP does: MLA's latent projections
@@ -124,6 +132,22 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
         # The fullest layer: dense first layers (dense_layers > 0) may hold more.
         mlp = max(moe * sl * b, mlp if cfg.dense_layers else 0.0)
     return unit * (replicated / rep + (attn + mlp) / tp + router + full)
+
+
+def op_checkpoint_widths(q: int, kv: int, h: int, f: int, swiglu: bool) -> tuple[int, int]:
+    """Per-token widths of what torchtitan's per-op checkpointing saves of a dense block:
+    (column-parallel, 1/t per TP rank; row-parallel, whole on every rank).
+
+    Its mm's in forward order are wq (q), wk (kv), wv (kv), wo (h), w1 (f), w3 (f, SwiGLU
+    only), w2 (h), and the odd ones' outputs are saved (``simtrain.parallel.op_checkpoint``):
+    wq, wv, w1 column-parallel, w2 (SwiGLU; else no fourth) row-parallel, the unreduced
+    m x h partial sum; plus the SDPA output (q, column-parallel). Llama 3 8B (q 4096,
+    kv 1024, h 4096, f 14336, SwiGLU): (4096 + 1024 + 14336 + 4096, 4096) = (23552, 4096).
+    """
+    order = [(True, q), (True, kv), (True, kv), (False, h), (True, f)]
+    order += [(True, f), (False, h)] if swiglu else [(False, h)]
+    saved = order[::2]
+    return (sum(w for col, w in saved if col) + q, sum(w for col, w in saved if not col))
 
 
 def _mlp_units(width: int, tokens: float, activation: str) -> float:

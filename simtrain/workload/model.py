@@ -154,6 +154,10 @@ class ModelConfig(BaseModel):
     # (with dropout) a dropout over the s x s matrices, a batched GEMM for the context; the
     # matrices are materialised, saved for backward and cost HBM traffic.
     attention_kernel: Literal["flash", "standard"] = "flash"
+    # Norms, RoPE and SwiGLU: "fused" (one kernel each: TE/Apex, or torch.compile) or
+    # "eager" (PyTorch's aten ops one by one, torchtitan without torch.compile;
+    # simtrain.workload.eager).
+    elementwise: Literal["fused", "eager"] = "fused"
     # Mixture of experts (every layer's MLP): 0 = dense. Each token goes to
     # ``experts_per_token`` of ``num_experts`` experts of width ``moe_ffn_hidden_size``
     # (None: ffn_hidden_size). ``capacity_factor`` caps tokens per expert at that multiple

@@ -67,6 +67,10 @@ class Op:
     # HBM bytes of this op's backward when they do not follow backward_ops' default rule
     # (the cross-entropy's passes, the embedding's dense gradient); None: the default.
     backward_bytes: float | None = None
+    # Output widths of the separate linears a fused GEMM stands for, in forward order
+    # (QKV: q, k, v; SwiGLU fc1: gate w1, up w3, as torchtitan's Llama writes them);
+    # empty: one linear. Read by per-op checkpointing (simtrain.parallel.op_checkpoint).
+    parts: tuple[int, ...] = ()
 
 
 # Passes of the unfused fp32 cross-entropy over the logits, in bytes per logit beyond the

@@ -32,6 +32,9 @@ def _scenario(par, model=None, sim=None, training=None):
     ({"tp": 2, "sp": True, "cp": 2, "recompute": "selective", "tp_comm_overlap": True}, {}, {}),
     ({"pp": 2, "zero": 3, "schedule": "gpipe"}, {}, {"granularity": "stage"}),
     ({"ep": 2}, {"preset": "tiny-moe"}, {}),
+    # torchtitan's per-op checkpointing: split mm's, re-run all-gathers (op_checkpoint.py).
+    ({"tp": 2, "sp": True, "recompute": "op"}, {}, {}),
+    ({"ep": 2, "recompute": "op"}, {"preset": "tiny-moe"}, {}),
 ])
 def test_bound_sums_the_charged_compute_and_never_exceeds_the_step(par, model, sim):
     # No compute/communication interference (switched off above), so every rank of a stage

@@ -1,0 +1,43 @@
+"""Which fused attention kernel runs, and the share of dense peak it reaches.
+
+``compute.attention_impl``:
+
+- ``default``: the per-architecture ``ATTENTION_EFFICIENCY`` of ``simtrain.workload.compute``
+  (on Hopper between cuDNN/FlashAttention-3 and FlashAttention-2: what Transformer Engine
+  runs under Megatron-Core and NeMo);
+- ``fa2``: the FlashAttention-2 kernels PyTorch's ``scaled_dot_product_attention`` runs
+  through its flash backend (``aten._scaled_dot_product_flash_attention``, the FA2 sources
+  vendored in PyTorch; FlashAttention-3's Hopper kernels are not in PyTorch's SDPA at
+  the torchtitan commits of the validation suites). torchtitan's Llama calls SDPA, its
+  activation-checkpoint save list names exactly the flash and memory-efficient SDPA ops,
+  and PyTorch's context parallelism (``torch.distributed.tensor.experimental.
+  context_parallel``, 2024-25) dispatches only those two backends.
+
+FA2's efficiency (Dao 2023, "FlashAttention-2", Sec. 4.1): forward + backward reaches
+"up to 225 TFLOPs/s" on A100 (72% of 312) and, the same code on H100, "up to 335 TFLOPs/s"
+(34% of 989): FA2 uses Ampere's mma.sync instructions, without Hopper's wgmma and TMA
+(Shah et al. 2024, "FlashAttention-3", Sec. 1: FA2 "achieves only 35% utilization on
+H100"). simtrain's Ampere default, 0.60, is FA2 at training shapes (the 0.72 is the best
+case); Hopper keeps the same ratio to its best case: 0.60 · (335/989) / (225/312) = 0.282.
+Range on H100: 0.25 (short sequences) to 0.34 (the paper's best). Other architectures
+have no FA2 figure here: set ``compute.attention_efficiency`` for them.
+"""
+
+from __future__ import annotations
+
+ATTENTION_IMPLS = ("default", "fa2")
+# Dao 2023 Sec. 4.1, forward + backward, best case (TFLOP/s) and the GPU's dense BF16 peak.
+FA2_BEST_TFLOPS = {"ampere": (225.0, 312.0), "hopper": (335.0, 989.4)}
+FA2_AMPERE_TRAINING = 0.60  # simtrain's Ampere default, an FA2 figure at training shapes
+
+
+def fa2_efficiency(arch: str) -> float:
+    """Peak fraction of FlashAttention-2 on ``arch``: the Ampere training-shape figure
+    scaled by the ratio of FA2's best-case fractions (module docstring)."""
+    if arch not in FA2_BEST_TFLOPS:
+        raise ValueError(f"no FlashAttention-2 efficiency for GPU architecture {arch!r} "
+                         f"(known: {sorted(FA2_BEST_TFLOPS)}); set "
+                         f"compute.attention_efficiency, or compute.attention_impl: default")
+    best, peak = FA2_BEST_TFLOPS[arch]
+    a_best, a_peak = FA2_BEST_TFLOPS["ampere"]
+    return FA2_AMPERE_TRAINING * (best / peak) / (a_best / a_peak)
