@@ -101,6 +101,9 @@ series(
 )
 az = ref["azure_nd_vm_allreduce_curves"]
 src = "Azure/AI-benchmarking-guide Azure_Results/"
+# Inferred: "the benchmark runs one all_reduce_perf on all GPUs of one host" (reference
+# hardware.gpus, Azure/AI-benchmarking-guide#7): one process driving every GPU, nccl-tests -g.
+AZ_HARNESS = "nccl-tests-threads"
 series(
     "azure-nd-h100-v5-nvls",
     src + "ND_H100_v5_results.md@8fd0c6e1",
@@ -108,6 +111,7 @@ series(
     [{"bytes": r["bytes_inf"], "busbw": r["busbw"]} for r in az["rows"]["nd_h100_v5_nvls"]],
     algorithm="nvls",
     note="in-place busbw; NVLS stated; sizes are 1024*2^k (bytes_inf)",
+    harness=AZ_HARNESS,
 )
 series(
     "azure-nd-h200-v5-nvls",
@@ -116,6 +120,7 @@ series(
     [{"bytes": r["bytes_inf"], "busbw": r["busbw"]} for r in az["rows"]["nd_h200_v5_nvls"]],
     algorithm="nvls",
     note="in-place busbw; NVLS stated; sizes are 1024*2^k (bytes_inf)",
+    harness=AZ_HARNESS,
 )
 series(
     "azure-nd-gb200-v6-ring-4gpu",
@@ -125,6 +130,7 @@ series(
     algorithm="ring",
     ranks=[0, 1, 2, 3],
     note="one 4-GPU host of the rack; Ring stated",
+    harness=AZ_HARNESS,
 )
 # all_reduce_bench.py (reference fixed.tool): one torch all_reduce timed between CUDA events.
 TORCH = "torch-bench"

@@ -27,7 +27,9 @@ relative time error, and checked on the held-out series it names):
 - ``LAUNCH_S`` = 4.24 us: host seconds of one NCCL enqueue + kernel launch. Range 2-10 us:
   cudaLaunchKernel alone is 2-4 us (A. Gray, NVIDIA blog "Getting Started with CUDA
   Graphs", 2019: 3.8 us per short kernel back to back), NCCL's plan and proxy hand-off
-  add to it. Fitted on voltagepark-8xh100 (-g 8); no other -g series is published.
+  add to it. Fitted on voltagepark-8xh100 (-g 8, stated); held out: the Azure ND sweeps
+  (one all_reduce_perf per host, so -g is inferred), where GB200's 4-GPU ring is
+  host-bound below 1 MiB (4 x 4.24 = 17.0 us; published 16.2-17.8 us, MAPE 4.8%).
 - ``TORCH_CALL_S`` = 20.75 us: host seconds of one eager torch all-reduce between two events.
   Range 5-50 us: an eager PyTorch op costs roughly 5-20 us of CPU (H. He, "Making Deep
   Learning Go Brrrr From First Principles", 2022, "Overhead"); a c10d collective adds its
