@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simtrain.comm.algorithms import AlgorithmError, Call
 from simtrain.comm.backends import NCCL
@@ -192,3 +194,34 @@ def test_multi_node_ring_simple_pays_the_plateau_latency():
     assert sum(ph.latency for ph in phases) == pytest.approx(198.45e-6, rel=1e-6)
     one = model._phases(Call("all_reduce", tuple(range(8)), 1e9), "ring", "Simple")
     assert sum(ph.latency for ph in one) == pytest.approx(14 * 3.4e-6)  # one node: no factor
+
+
+_MONOTONE_CLUSTERS = {"dgx-h100": cluster("dgx-h100"), "dgx-b200": cluster("dgx-b200"),
+                      "dgx-h100x4": cluster("dgx-h100", nodes=4)}
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(sorted(_MONOTONE_CLUSTERS)), log2n=st.floats(3.0, 33.0),
+       grow=st.floats(1.0, 4.0))
+def test_a_bigger_message_never_takes_less_time(name, log2n, grow):
+    # NCCL's choice is the fastest candidate; each candidate's time grows with n (latency
+    # fixed, transfer linear, the tree correction never doubling between size buckets), so
+    # the chosen time does too.
+    c = _MONOTONE_CLUSTERS[name]
+    model = CommModel(c, "nccl", arch=c.gpu_spec.arch)
+    ranks = tuple(range(c.num_gpus))
+    n = 2.0 ** log2n
+    small = model.choose(Call("all_reduce", ranks, n))[2]
+    big = model.choose(Call("all_reduce", ranks, n * grow))[2]
+    assert big >= small * (1 - 1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(slow=st.floats(10e9, 100e9), factor=st.floats(1.0, 4.0),
+       n=st.sampled_from([1 << 12, 1 << 20, 1 << 28, 1 << 33]))
+def test_more_nic_bandwidth_never_slows_the_chosen_all_reduce(slow, factor, n):
+    def t(bw: float) -> float:
+        c = cluster("dgx-h100", nodes=2, nic_bandwidth=bw)
+        return CommModel(c, "nccl", arch="hopper").choose(
+            Call("all_reduce", tuple(range(16)), float(n)))[2]
+    assert t(slow * factor) <= t(slow) * (1 + 1e-12)
