@@ -161,25 +161,29 @@ def execute_slowdown(c, model):
 
 
 def test_tree_correction_by_message_size():
-    # tuning.cc treeCorrectionFactor[proto][log2(n/64)]: 256 KiB -> log2(4096) = 12 ->
-    # LL 0.4; 4 MiB -> 16 -> LL128 0.7; 512 MiB -> 23, past the table -> 1.0; rings: 1.0.
+    # tuning.cc treeCorrectionFactor[proto][log2(n/64)] (NCCL 2.30.7, float[3][24]):
+    # 256 KiB -> log2(4096) = 12 -> LL 0.4; 4 MiB -> 16 -> LL128 0.8; 1 MiB -> 14 -> LL128
+    # 0.6; 512 MiB -> 23, the last entry -> Simple 0.9; 1 GiB -> 24, past the table -> 1.0;
+    # rings: 1.0.
     assert NCCL.size_efficiency("all_reduce", "tree", "LL", 256 << 10) == 0.4
-    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 4 << 20) == 0.7
-    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 512 << 20) == 1.0
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 4 << 20) == 0.8
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 1 << 20) == 0.6
+    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 512 << 20) == 0.9
+    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 1 << 30) == 1.0
     assert NCCL.size_efficiency("all_reduce", "ring", "LL", 256 << 10) == 1.0
-    # The transfer part of a tree all-reduce stretches by 1/0.7 at 4 MiB/LL128, in the
+    # The transfer part of a tree all-reduce stretches by 1/0.8 at 4 MiB/LL128, in the
     # prediction and in the simulated flows alike.
     c = cluster(nodes=4)
     model = CommModel(c, "nccl", arch=c.gpu_spec.arch)
     call = Call("all_reduce", tuple(range(32)), float(4 << 20))
     fixed, per_byte = model._unit_cost(call.op, call.ranks, "tree", "LL128")
     assert model.predict(call, "tree", "LL128") == pytest.approx(
-        fixed + per_byte * (4 << 20) / 0.7)
+        fixed + per_byte * (4 << 20) / 0.8)
     g = TaskGraph(c.num_gpus)
     g.collective("all_reduce", list(range(32)), 4 << 20, "ar", algorithm="tree")
     simulated = execute(g, c, comm=CommModel(c, "nccl", arch=c.gpu_spec.arch,
                                              protocol="LL128")).end
-    assert simulated == pytest.approx(fixed + per_byte * (4 << 20) / 0.7, rel=1e-6)
+    assert simulated == pytest.approx(fixed + per_byte * (4 << 20) / 0.8, rel=1e-6)
 
 
 def test_multi_node_ring_simple_pays_the_plateau_latency():
