@@ -1,7 +1,8 @@
 """Per-series and per-size busbw error of the nccl-modern suite, as markdown tables.
 
 Run from the repository root: python benchmarks/nccl_modern_report.py [--min-bytes N]
-The tables in docs/collectives.md ("Validation: modern NCCL sweeps") are its output.
+The current per-series and per-size state (docs/collectives.md compares rounds from
+`simtrain validate -s nccl-modern --json`).
 """
 
 from __future__ import annotations

@@ -31,10 +31,13 @@ def series(
     ranks=None,
     skip="",
     protocol=None,
+    harness=None,
 ):
     s = {"id": id, "source": source, "cluster": cluster, "op": op, "algorithm": algorithm}
     if protocol:
         s["protocol"] = protocol
+    if harness:
+        s["harness"] = harness
     if ranks:
         s["ranks"] = ranks
     if note:
@@ -56,6 +59,7 @@ series(
         for r in vp["rows"]["single_node_8_gpus"]
     ],
     note="one process driving 8 GPUs (-g 8); NCCL 2.24.3 picks NVLS on large messages",
+    harness="nccl-tests-threads",  # reference fixed.launch: "single node: one process, -g 8"
 )
 series(
     "voltagepark-4x8xh100-ib",
@@ -97,6 +101,9 @@ series(
 )
 az = ref["azure_nd_vm_allreduce_curves"]
 src = "Azure/AI-benchmarking-guide Azure_Results/"
+# Inferred: "the benchmark runs one all_reduce_perf on all GPUs of one host" (reference
+# hardware.gpus, Azure/AI-benchmarking-guide#7): one process driving every GPU, nccl-tests -g.
+AZ_HARNESS = "nccl-tests-threads"
 series(
     "azure-nd-h100-v5-nvls",
     src + "ND_H100_v5_results.md@8fd0c6e1",
@@ -104,6 +111,7 @@ series(
     [{"bytes": r["bytes_inf"], "busbw": r["busbw"]} for r in az["rows"]["nd_h100_v5_nvls"]],
     algorithm="nvls",
     note="in-place busbw; NVLS stated; sizes are 1024*2^k (bytes_inf)",
+    harness=AZ_HARNESS,
 )
 series(
     "azure-nd-h200-v5-nvls",
@@ -112,6 +120,7 @@ series(
     [{"bytes": r["bytes_inf"], "busbw": r["busbw"]} for r in az["rows"]["nd_h200_v5_nvls"]],
     algorithm="nvls",
     note="in-place busbw; NVLS stated; sizes are 1024*2^k (bytes_inf)",
+    harness=AZ_HARNESS,
 )
 series(
     "azure-nd-gb200-v6-ring-4gpu",
@@ -121,7 +130,10 @@ series(
     algorithm="ring",
     ranks=[0, 1, 2, 3],
     note="one 4-GPU host of the rack; Ring stated",
+    harness=AZ_HARNESS,
 )
+# all_reduce_bench.py (reference fixed.tool): one torch all_reduce timed between CUDA events.
+TORCH = "torch-bench"
 ml = ref["ml_engineering_h200_b200_allreduce"]
 src = "Stas Bekman, ML Engineering, network/benchmarks/README.md, stas00/ml-engineering@744d01e1"
 series(
@@ -131,6 +143,7 @@ series(
     [{"bytes": r["bytes"], "busbw": r["busbw"]} for r in ml["rows"]["h200_8gpu_nvls_sweep"]],
     note="torch.distributed all_reduce_bench (Python launch per call); NCCL 2.27.7 switches "
          "Ring/LL to NVLS at 2 MiB",
+    harness=TORCH,
 )
 series(
     "mlengineering-p6-b200-1x8",
@@ -141,6 +154,7 @@ series(
         for r in ml["rows"]["p6_b200_1_node_vs_4_nodes"]
     ],
     note="torch all_reduce_bench on AWS P6-B200",
+    harness=TORCH,
 )
 series(
     "mlengineering-p6-b200-4x8-efa",
@@ -153,6 +167,7 @@ series(
     algorithm="ring",
     protocol="Simple",
     note=EFA_NOTE + "; 8x 400 Gb/s EFA v4 per node as InfiniBand-class links",
+    harness=TORCH,
 )
 G16 = 16 << 30
 t = ml["rows"]["h200_8gpu_16GiB_collectives_nccl_tests"]
@@ -191,12 +206,14 @@ series(
     src,
     {"preset": "dgx-h200"},
     [{"bytes": G16, "busbw": t[0]["busbw"]}],
+    harness=TORCH,
 )
 series(
     "mlengineering-8xh200-16GiB-torch-ring",
     src,
     {"preset": "dgx-h200", "nvlink_sharp": False},
     [{"bytes": G16, "busbw": t[1]["busbw"]}],
+    harness=TORCH,
 )
 t = ml["rows"]["p5en_h200_4_nodes_32gpu_4GiB"]
 p5 = {"preset": "dgx-h200", "nodes": 4, "nic_bandwidth": "400Gbps"}

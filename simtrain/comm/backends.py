@@ -40,17 +40,20 @@ _NCCL_HW = {
 _NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 # tuning.cc treeCorrectionFactor[proto][log2(nBytes/64)]: the share of the tree's modelled
 # all-reduce bandwidth NCCL's developers measure by message size (pipeline start-up and
-# chunking at mid sizes). VERIFIED: the structure (per protocol, indexed by log2(n/64)) and
-# range (0.4-1.0), reference/nccl.yaml latency_model. UNVERIFIED: the 69 values, written
-# from NCCL's tuning.cc as remembered (unchanged since 2.4 as far as we know); the
-# reference does not list them.
+# chunking at mid sizes); structure and range (0.4-1.0): reference/nccl.yaml latency_model.
+# VERIFIED against NCCL 2.30.7 itself: read from libnccl.so.2 of the nvidia-nccl-cu13 2.30.7
+# wheel, where tuning.cc's static tables lie in order in .rodata: this float[3][24] table
+# directly before baseLat and hwLat, whose 2.30.7 values (../shared/reference/nccl.yaml)
+# follow it byte for byte (benchmarks/nccl_tables.py reads them). The LL128 row differs
+# from the one written from memory before (1.0 up to 128 KiB, 0.7 from 4 MiB): it dips to
+# 0.6 between 64 KiB and 2 MiB and recovers to 0.8-1.0 from 4 MiB.
 _TREE_CORRECTION = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
            1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,
-              .7, .7, .7, .7, .7, .7),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
-               .8, .9, .9),
+               .8, .9, .9, .9),
 }
 # Algorithms whose reduction happens in a switch; they run the Simple protocol only.
 IN_NETWORK = ("nvls", "collnet")

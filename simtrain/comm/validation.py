@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from simtrain.comm.harness import HARNESSES, measured_time
 from simtrain.comm.model import busbw_factor
 from simtrain.errors import ScenarioError
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 SUITE = "nccl-modern"
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "scenarios" / "validation" / f"{SUITE}.yaml"
 _SERIES_FIELDS = {"id", "source", "cluster", "op", "algorithm", "protocol", "ranks", "note",
-                  "not_expressible", "points"}
+                  "not_expressible", "points", "harness"}
 # Above this many GPUs a point runs on the engine's analytic backend (idle-network time,
 # what the flow backend gives for one collective alone) to keep the suite fast.
 ANALYTIC_ABOVE = 256
@@ -58,6 +59,7 @@ class Series:
     note: str
     not_expressible: str
     points: tuple[Point, ...]
+    harness: str = "nccl-tests"  # what timed it (simtrain.comm.harness)
 
 
 def published_busbw(op: str, group: int, nbytes: int, time_us: float) -> float:
@@ -112,10 +114,14 @@ def load_series(path: Path = DEFAULT_PATH) -> list[Series]:
         ranks = tuple(raw["ranks"]) if raw.get("ranks") else None
         group = len(ranks) if ranks else _cluster_gpus(path, sid, raw["cluster"])
         points = tuple(_point(path, sid, i, p, op, group) for i, p in enumerate(raw["points"]))
+        harness = str(raw.get("harness", "nccl-tests"))
+        if harness not in HARNESSES:
+            raise _fail(path, f"series {sid}: harness {harness!r} is not one of: "
+                        f"{', '.join(HARNESSES)}", "harness")
         out.append(Series(sid, str(raw.get("source", "")), dict(raw["cluster"]), op,
                           str(raw.get("algorithm", "auto")), str(raw.get("protocol", "auto")),
                           ranks, str(raw.get("note", "")),
-                          str(raw.get("not_expressible", "")), points))
+                          str(raw.get("not_expressible", "")), points, harness))
     return out
 
 
@@ -132,6 +138,7 @@ def _cluster_gpus(path: Path, sid: str, cluster: Any) -> int | None:
 
 def _rows_of(series: Series) -> list[Row]:
     from simtrain.comm.model import CommModel
+    from simtrain.comm.phases import servers
     from simtrain.comm.sweep import run_sweep
     from simtrain.hardware.topology import ClusterConfig, build_cluster
     from simtrain.validation import Row, signed_error
@@ -153,9 +160,16 @@ def _rows_of(series: Series) -> list[Row]:
     sizes = [p.nbytes for p in series.points]
     network = "analytic" if len(ranks) > ANALYTIC_ABOVE else "flow"
     swept = run_sweep(cluster, comm, series.op, ranks, sizes, series.algorithm, network)
-    return [row(p, r.busbw_gbps, {"algorithm": r.algorithm, "protocol": r.protocol,
-                                  "time_us": r.time_s * 1e6})
-            for p, r in zip(series.points, swept, strict=True)]
+    per_process = max(len(g) for g in servers(ranks, cluster))
+    factor = busbw_factor(series.op, len(ranks))
+    out = []
+    for p, r in zip(series.points, swept, strict=True):
+        shown = measured_time(series.harness, r.time_s, per_process)
+        busbw = factor * p.nbytes / shown / 1e9 if shown > 0 else r.busbw_gbps
+        out.append(row(p, busbw, {"algorithm": r.algorithm, "protocol": r.protocol,
+                                  "time_us": r.time_s * 1e6, "measured_us": shown * 1e6,
+                                  "harness": series.harness}))
+    return out
 
 
 def count_points(path: Path = DEFAULT_PATH) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simtrain.comm.algorithms import AlgorithmError, Call
 from simtrain.comm.backends import NCCL
@@ -159,25 +161,29 @@ def execute_slowdown(c, model):
 
 
 def test_tree_correction_by_message_size():
-    # tuning.cc treeCorrectionFactor[proto][log2(n/64)]: 256 KiB -> log2(4096) = 12 ->
-    # LL 0.4; 4 MiB -> 16 -> LL128 0.7; 512 MiB -> 23, past the table -> 1.0; rings: 1.0.
+    # tuning.cc treeCorrectionFactor[proto][log2(n/64)] (NCCL 2.30.7, float[3][24]):
+    # 256 KiB -> log2(4096) = 12 -> LL 0.4; 4 MiB -> 16 -> LL128 0.8; 1 MiB -> 14 -> LL128
+    # 0.6; 512 MiB -> 23, the last entry -> Simple 0.9; 1 GiB -> 24, past the table -> 1.0;
+    # rings: 1.0.
     assert NCCL.size_efficiency("all_reduce", "tree", "LL", 256 << 10) == 0.4
-    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 4 << 20) == 0.7
-    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 512 << 20) == 1.0
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 4 << 20) == 0.8
+    assert NCCL.size_efficiency("all_reduce", "tree", "LL128", 1 << 20) == 0.6
+    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 512 << 20) == 0.9
+    assert NCCL.size_efficiency("all_reduce", "tree", "Simple", 1 << 30) == 1.0
     assert NCCL.size_efficiency("all_reduce", "ring", "LL", 256 << 10) == 1.0
-    # The transfer part of a tree all-reduce stretches by 1/0.7 at 4 MiB/LL128, in the
+    # The transfer part of a tree all-reduce stretches by 1/0.8 at 4 MiB/LL128, in the
     # prediction and in the simulated flows alike.
     c = cluster(nodes=4)
     model = CommModel(c, "nccl", arch=c.gpu_spec.arch)
     call = Call("all_reduce", tuple(range(32)), float(4 << 20))
     fixed, per_byte = model._unit_cost(call.op, call.ranks, "tree", "LL128")
     assert model.predict(call, "tree", "LL128") == pytest.approx(
-        fixed + per_byte * (4 << 20) / 0.7)
+        fixed + per_byte * (4 << 20) / 0.8)
     g = TaskGraph(c.num_gpus)
     g.collective("all_reduce", list(range(32)), 4 << 20, "ar", algorithm="tree")
     simulated = execute(g, c, comm=CommModel(c, "nccl", arch=c.gpu_spec.arch,
                                              protocol="LL128")).end
-    assert simulated == pytest.approx(fixed + per_byte * (4 << 20) / 0.7, rel=1e-6)
+    assert simulated == pytest.approx(fixed + per_byte * (4 << 20) / 0.8, rel=1e-6)
 
 
 def test_multi_node_ring_simple_pays_the_plateau_latency():
@@ -192,3 +198,34 @@ def test_multi_node_ring_simple_pays_the_plateau_latency():
     assert sum(ph.latency for ph in phases) == pytest.approx(198.45e-6, rel=1e-6)
     one = model._phases(Call("all_reduce", tuple(range(8)), 1e9), "ring", "Simple")
     assert sum(ph.latency for ph in one) == pytest.approx(14 * 3.4e-6)  # one node: no factor
+
+
+_MONOTONE_CLUSTERS = {"dgx-h100": cluster("dgx-h100"), "dgx-b200": cluster("dgx-b200"),
+                      "dgx-h100x4": cluster("dgx-h100", nodes=4)}
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(sorted(_MONOTONE_CLUSTERS)), log2n=st.floats(3.0, 33.0),
+       grow=st.floats(1.0, 4.0))
+def test_a_bigger_message_never_takes_less_time(name, log2n, grow):
+    # NCCL's choice is the fastest candidate; each candidate's time grows with n (latency
+    # fixed, transfer linear, the tree correction never doubling between size buckets), so
+    # the chosen time does too.
+    c = _MONOTONE_CLUSTERS[name]
+    model = CommModel(c, "nccl", arch=c.gpu_spec.arch)
+    ranks = tuple(range(c.num_gpus))
+    n = 2.0 ** log2n
+    small = model.choose(Call("all_reduce", ranks, n))[2]
+    big = model.choose(Call("all_reduce", ranks, n * grow))[2]
+    assert big >= small * (1 - 1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(slow=st.floats(10e9, 100e9), factor=st.floats(1.0, 4.0),
+       n=st.sampled_from([1 << 12, 1 << 20, 1 << 28, 1 << 33]))
+def test_more_nic_bandwidth_never_slows_the_chosen_all_reduce(slow, factor, n):
+    def t(bw: float) -> float:
+        c = cluster("dgx-h100", nodes=2, nic_bandwidth=bw)
+        return CommModel(c, "nccl", arch="hopper").choose(
+            Call("all_reduce", tuple(range(16)), float(n)))[2]
+    assert t(slow * factor) <= t(slow) * (1 + 1e-12)

@@ -67,3 +67,22 @@ def test_bad_suite_files_name_the_file_and_series(tmp_path: Path, body: str, mes
 
 def test_default_path_is_in_the_repository():
     assert DEFAULT_PATH.is_file() and DEFAULT_PATH.parent.name == "validation"
+
+
+def test_unknown_harness_names_the_series(tmp_path: Path):
+    path = tmp_path / "nccl-modern.yaml"
+    path.write_text("series: [{id: a, cluster: {preset: dgx-h100}, harness: mpi, "
+                    "points: [{bytes: 8, busbw: 1}]}]")
+    with pytest.raises(ScenarioError, match="series a: harness 'mpi' is not one of"):
+        load_series(path)
+
+
+def test_voltage_park_single_node_floor_is_eight_launches():
+    # nccl-tests -g 8: 8 x 4.24 us = 33.9 us per call while the device needs 15 us
+    # (ring/LL: 6.6 + 14 x 0.6 us); published 33.18 us at 8 B.
+    series = next(s for s in load_series() if s.id == "voltagepark-8xh100")
+    assert series.harness == "nccl-tests-threads"
+    one = type(series)(**{**series.__dict__, "points": series.points[:1]})
+    (row,) = _rows_of(one)
+    assert row.extra["time_us"] == pytest.approx(15.0, abs=0.1)
+    assert row.extra["measured_us"] == pytest.approx(8 * 4.24, abs=0.01)
