@@ -155,6 +155,12 @@ def _file_suite(name: str, which: int) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), functions[which])
 
 
+def file_suite_rows(name: str, directory: Path | None = None) -> list[Row]:
+    """Every row of the file suite ``name`` (worker-process entry point: a file suite runs
+    in a worker beside the scenario rows, its progress reported when it ends)."""
+    return list(_file_suite(name, 0)(suite_path(name, directory), None))
+
+
 def row_scenarios(suite: str, directory: Path | None = None
                   ) -> list[tuple[dict[str, Any], Scenario]]:
     """(row entry, validated scenario) for every expressible row of a scenario suite."""
@@ -362,7 +368,11 @@ def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: in
             raise ValueError(f"unknown suite {name!r}; expected one of: {', '.join(known)}")
     results: dict[tuple[str, int], list[Row]] = {}
     work: list[tuple[tuple[str, int], RowJob]] = []
+    deferred: list[str] = []  # file suites run in a worker beside the rows (a pool exists)
     for name in names:
+        if name in FILE_SUITES and jobs > 1:
+            deferred.append(name)
+            continue
         if name in FILE_SUITES:
             rows = _file_suite(name, 0)(suite_path(name, directory),
                                         (lambda rid, n=name: progress(n, rid))
@@ -390,13 +400,25 @@ def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: in
             if progress:
                 progress(job.suite, str(entry["id"]))
 
-    if jobs > 1 and len(todo) > 1:
+    def file_done(name: str, rows: list[Row]) -> None:
+        for k, row in enumerate(rows):
+            if row_selected(row.id, only):
+                results[(name, k)] = [row]
+            if progress:
+                progress(name, row.id)
+
+    if jobs > 1 and len(todo) + len(deferred) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
+            files = {pool.submit(file_suite_rows, name, directory): name for name in deferred}
             futures = {pool.submit(predict_row, job): (keys, job) for keys, job in todo}
-            for future in as_completed(futures):
-                keys, job = futures[future]
-                done(keys, job, future.result())
+            for future in as_completed([*files, *futures]):
+                if future in files:
+                    file_done(files[future], future.result())
+                else:
+                    done(*futures[future], future.result())
     else:
+        for name in deferred:
+            file_done(name, file_suite_rows(name, directory))
         for keys, job in todo:
             done(keys, job, predict_row(job))
     order = {name: i for i, name in enumerate(names)}

@@ -336,6 +336,14 @@ def test_suite_files_of_another_format_run_through_their_module(tmp_path, monkey
     (row,) = run_suites(["sweep"], directory, progress=lambda s, r: seen.append(f"{s}/{r}"))
     assert row.id == "p1" and seen == ["sweep/p1"]
     assert validation.count_rows("sweep", directory) == 1
+    # With a pool the file suite runs in a worker beside the scenario rows: same rows,
+    # suite order kept, one progress step per row.
+    seen.clear()
+    both = run_suites(["sweep", "mine"], directory, jobs=2,
+                      progress=lambda s, r: seen.append(f"{s}/{r}"))
+    assert [(r.suite, r.id) for r in both][:1] == [("sweep", "p1")]
+    assert {r.suite for r in both} == {"sweep", "mine"}
+    assert sorted(seen) == ["mine/a", "sweep/p1"]
 
 
 def test_row_patterns_select_rows_of_every_kind_of_suite(tmp_path):
