@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -71,6 +72,7 @@ def validate(
     if granularity is not None and granularity not in GRANULARITIES:
         raise fail(f"--granularity {granularity!r}: expected one of {', '.join(GRANULARITIES)}")
     workers = jobs or os.cpu_count() or 1
+    started = time.perf_counter()
     try:
         total = sum(count_rows(s, directory, row) for s in chosen)
         show = not quiet and not as_json
@@ -87,8 +89,10 @@ def validate(
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     summary = summarize(rows)
+    wall = time.perf_counter() - started
     if as_json:
-        payload = {"rows": [r.as_dict() for r in rows], "summary": summary}
+        payload = {"rows": [r.as_dict() for r in rows], "summary": summary,
+                   "wall_s": round(wall, 3)}
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
     out = Console()
@@ -97,6 +101,15 @@ def validate(
     for name in chosen:
         out.print(_rows_table(name, [r for r in rows if r.suite == name]))
     out.print(_summary_table(summary))
+    out.print(wall_line(wall, len(rows), workers))
+
+
+def wall_line(seconds: float, rows: int, workers: int) -> str:
+    """The closing line of a validate run: its wall time, rows and worker processes."""
+    minutes, rest = divmod(seconds, 60.0)
+    shown = f"{int(minutes)} min {rest:.1f} s" if minutes else f"{rest:.1f} s"
+    return (f"wall time {shown} ({rows} rows, {workers} worker "
+            f"process{'es' if workers != 1 else ''})")
 
 
 GRANULARITIES = ("op", "layer", "stage")

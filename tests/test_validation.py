@@ -10,6 +10,7 @@ from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from simtrain.cli import app
+from simtrain.cli_validate import wall_line
 from simtrain.errors import ScenarioError
 from simtrain.validation import (
     PUBLISHED_METRICS,
@@ -21,6 +22,7 @@ from simtrain.validation import (
     mcore_2024_model_flops,
     megatron_2020_hardware_flops,
     nemo_full_attention_flops,
+    row_cost,
     row_scenarios,
     run_suite,
     run_suites,
@@ -178,7 +180,7 @@ def test_cli_json_shape(one_row_dir: Path):
                                  "--dir", str(one_row_dir), "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert set(payload) == {"rows", "summary"}
+    assert set(payload) == {"rows", "summary", "wall_s"} and payload["wall_s"] > 0
     row = payload["rows"][0]
     assert {"suite", "id", "metric", "published", "predicted", "error", "unit", "note",
             "skipped", "extra"} <= set(row)
@@ -196,6 +198,7 @@ def test_cli_table_and_exit_codes(one_row_dir: Path):
     result = runner.invoke(app, ["validate", "-s", "megatron-2020", "--dir", str(one_row_dir)])
     assert result.exit_code == 0, result.output
     assert "1B-dgx2-1gpu" in result.stdout and "MAPE" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("wall time ")
     bad = runner.invoke(app, ["validate", "--suite", "bogus"])
     assert bad.exit_code == 2 and "unknown suite" in bad.output
     missing = runner.invoke(app, ["validate", "-s", "megatron-2020", "--dir",
@@ -333,6 +336,14 @@ def test_suite_files_of_another_format_run_through_their_module(tmp_path, monkey
     (row,) = run_suites(["sweep"], directory, progress=lambda s, r: seen.append(f"{s}/{r}"))
     assert row.id == "p1" and seen == ["sweep/p1"]
     assert validation.count_rows("sweep", directory) == 1
+    # With a pool the file suite runs in a worker beside the scenario rows: same rows,
+    # suite order kept, one progress step per row.
+    seen.clear()
+    both = run_suites(["sweep", "mine"], directory, jobs=2,
+                      progress=lambda s, r: seen.append(f"{s}/{r}"))
+    assert [(r.suite, r.id) for r in both][:1] == [("sweep", "p1")]
+    assert {r.suite for r in both} == {"sweep", "mine"}
+    assert sorted(seen) == ["mine/a", "sweep/p1"]
 
 
 def test_row_patterns_select_rows_of_every_kind_of_suite(tmp_path):
@@ -349,3 +360,26 @@ def test_row_patterns_select_rows_of_every_kind_of_suite(tmp_path):
                                  "--row", "moe-?", "--json"])
     assert result.exit_code == 0, result.output
     assert [r["id"] for r in json.loads(result.stdout)["rows"]] == ["moe-b"]
+
+
+def test_wall_line_reads_minutes_and_seconds():
+    assert wall_line(12.34, 3, 1) == "wall time 12.3 s (3 rows, 1 worker process)"
+    # 185.2 s = 3 min 5.2 s
+    assert wall_line(185.2, 400, 2) == "wall time 3 min 5.2 s (400 rows, 2 worker processes)"
+
+
+def test_row_cost_counts_microbatches_layers_and_collective_flows():
+    # megatron-2020's 8B row on 1024 GPUs, by hand: tp 8, dp 128, cp 1; gbs 2048, mbs 16
+    # -> m = 2048 / (128 * 16) = 1 microbatch; 42 layers; per layer 1 + 1 (tp > 1) = 2:
+    # cost = 1 * 42 * 1 * 2 = 84.
+    scenario = next(s for e, s in row_scenarios("megatron-2020")
+                    if e["id"] == "8B-dgxa100-dp-1024gpu")
+    par, train = scenario.parallelism, scenario.training
+    assert (par.tp, par.dp, train.global_batch_size, train.micro_batch_size,
+            scenario.model.num_layers) == (8, 128, 2048, 16, 42)
+    assert row_cost(scenario) == 84.0
+    # EP 8 and ZeRO-3 on top (hand): per layer 1 + 1 + 8 * 8 / 16 = 6 -> 42 * 6 = 252,
+    # plus the gathers 1 * 42 * 128 * 1 / 4 = 1344: cost = 1596.
+    moe = scenario.model_copy(update={
+        "parallelism": par.model_copy(update={"ep": 8, "zero": 3})})
+    assert row_cost(moe) == 1596.0

@@ -38,6 +38,9 @@ from simtrain.engine.sharing import (  # noqa: F401
 # guards against float residue of remaining = bytes - rate * dt.
 _REL_EPS = 1e-12
 _ABS_EPS = 1e-15
+# Connected flow sets whose max-min rates are remembered, and weight tuples remembered as
+# checked (each memo is emptied when full).
+_RATES_MEMO = 4096
 
 
 @dataclass(eq=False, slots=True)
@@ -92,6 +95,9 @@ class FlowNetwork:
         self._next_id = 0
         self._version = 0
         self._fresh: list[_Flow] = []  # started this instant, not yet rated
+        # max-min rates by (routes, caps, weights) of a connected set (``_recompute``)
+        self._rates: dict[tuple[object, ...], list[float]] = {}
+        self._checked: dict[int, tuple[float, ...]] = {}  # weight tuples found valid, by id
         self._flush_due = False
 
     def transfer(self, route: tuple[int, ...], nbytes: float) -> simpy.Event:
@@ -111,9 +117,15 @@ class FlowNetwork:
         ``weights`` gives per-link multiplicities (see ``max_min_rates``).
         """
         check_transfers(transfers, None, [cap])
+        checked = self._checked
         for w in weights or ():
-            if w is not None and not all(math.isfinite(x) and x > 0 for x in w):
+            if w is None or checked.get(id(w)) is w:  # the engine hands cached tuples
+                continue
+            if not all(math.isfinite(x) and x > 0 for x in w):
                 raise ValueError(f"flow weights must be finite and > 0, got {w}")
+            if len(checked) >= _RATES_MEMO:
+                checked.clear()
+            checked[id(w)] = w
         now = self.env.now
         batch = _Batch(self.env.event(), [now] * len(transfers), 0)
         flows = []
@@ -171,12 +183,21 @@ class FlowNetwork:
         if not flows:
             return
         now = self.env.now
-        caps = [f.cap for f in flows]
+        routes = tuple(f.route for f in flows)
+        caps = tuple(f.cap for f in flows)
         capped = any(c < float("inf") for c in caps)
-        weighted = any(f.weights is not None for f in flows)
-        rates = max_min_rates([f.route for f in flows], self.capacity,
-                              caps if capped else None,
-                              [f.weights for f in flows] if weighted else None)
+        weights = tuple(f.weights for f in flows)
+        weighted = any(w is not None for w in weights)
+        # The rates depend on nothing but these inputs, and a step repeats the same
+        # concurrent sets (every layer's all-to-all alone in its server, say): reuse them.
+        key = (routes, caps if capped else None, weights if weighted else None)
+        rates = self._rates.get(key)
+        if rates is None:
+            if len(self._rates) >= _RATES_MEMO:
+                self._rates.clear()
+            rates = self._rates[key] = max_min_rates(
+                routes, self.capacity, caps if capped else None,
+                weights if weighted else None)
         for flow, rate in zip(flows, rates, strict=True):
             flow.settle(now)
             flow.rate = rate

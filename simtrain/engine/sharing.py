@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -179,16 +181,21 @@ def couple(
     merged_weights: list[tuple[float, ...]] = []
     members: list[list[int]] = []
     for index in groups.values():
+        live = [i for i in index if transfers[i][1] > 0 and transfers[i][0]]
+        nbytes = max((transfers[i][1] for i in live), default=0.0)
+        if weights is None or all(weights[i] is None for i in live):
+            # Every hop counts 1 per link: a C-level count, in first-crossing order as the
+            # loop below (integer sums of 1.0 are exact either way).
+            tally = Counter(chain.from_iterable(transfers[i][0] for i in live))
+            merged.append((tuple(tally), nbytes))
+            merged_weights.append(tuple(float(n) for n in tally.values()))
+            members.append(index)
+            continue
         counts: dict[int, float] = {}
-        nbytes = 0.0
-        for i in index:
-            route, size = transfers[i]
-            if size <= 0 or not route:
-                continue
-            w = weights[i] if weights is not None else None
-            for k, link in enumerate(route):
+        for i in live:
+            w = weights[i]
+            for k, link in enumerate(transfers[i][0]):
                 counts[link] = counts.get(link, 0.0) + (1.0 if w is None else w[k])
-            nbytes = max(nbytes, size)
         merged.append((tuple(counts), nbytes))
         merged_weights.append(tuple(counts.values()))
         members.append(index)

@@ -148,3 +148,27 @@ def test_a_link_only_one_flow_crosses_acts_as_that_flows_cap(shared, own, weight
     folded = max_min_rates(with_private, capacity, weights=weights)
     capped = max_min_rates([shared_route] * n, capacity, caps=[c / weight for c in own])
     assert folded == pytest.approx(capped, rel=1e-12)
+
+
+def test_repeated_flow_sets_reuse_their_rates_and_bad_weights_still_fail():
+    # Two identical pairs of flows on a 10 B/s link, the second pair at t = 100 s after the
+    # first ended: each pair shares 5 B/s, so 50 B take 10 s, and the second pair's rating
+    # (same routes, caps, weights) comes from the memo instead of a new filling.
+    env = simpy.Environment()
+    net = FlowNetwork(env, [type("L", (), {"bandwidth": 10.0})()])
+    ends: list[float] = []
+
+    def pair(start: float):
+        yield env.timeout(start)
+        done = yield net.transfer_all([((0,), 50.0), ((0,), 50.0)])
+        ends.extend(done)
+
+    env.process(pair(0.0))
+    env.process(pair(100.0))
+    env.run()
+    assert ends == [10.0, 10.0, 110.0, 110.0]
+    assert len(net._rates) == 1  # one distinct connected set: rated once
+    good = (2.0,)
+    net.transfer_all([((0,), 1.0)], weights=[good])
+    with pytest.raises(ValueError, match="weights must be finite"):
+        net.transfer_all([((0,), 1.0)], weights=[(float("nan"),)])

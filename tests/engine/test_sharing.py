@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simtrain.engine.sharing import max_min_rates
+from simtrain.engine.sharing import couple, max_min_rates
 
 
 def test_vector_filling_by_hand():
@@ -51,3 +51,16 @@ def test_network_module_still_exports_the_sharing_functions():
 
     assert network.max_min_rates is sharing.max_min_rates
     assert network.isolated_time is sharing.isolated_time
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 6), max_size=4),
+                          st.sampled_from([0.0, 1.0, 5.0]), st.integers(0, 2)),
+                min_size=1, max_size=12))
+def test_couple_without_weights_counts_as_with_unit_weights(hops):
+    # The unweighted count (a Counter) and the weighted loop with every weight 1.0 give
+    # the same merged routes, in the same link order, with the same counts and bytes.
+    transfers = [(tuple(route), size) for route, size, _ in hops]
+    labels = [label for _, _, label in hops]
+    ones = [tuple(1.0 for _ in route) for route, _ in transfers]
+    assert couple(transfers, None, labels) == couple(transfers, ones, labels)
