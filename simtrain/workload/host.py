@@ -35,8 +35,13 @@ Parameters (``compute:`` section, see ``ComputeConfig``):
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simtrain.engine.issue import IssueTimes
 
 if TYPE_CHECKING:
     from simtrain.engine.taskgraph import TaskGraph
@@ -45,47 +50,79 @@ if TYPE_CHECKING:
 # the GPU waits for the framework more than it would for a typical exposed collective.
 LAUNCH_BOUND_SHARE = 0.10
 
-# (task id, rank) -> (host time the task's first kernel is issued, host time its last is)
-IssueTimes = dict[tuple[int, int], tuple[float, float]]
-
-
 def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) -> IssueTimes:
-    """Host issue times of every simulated rank's tasks before its optimizer step.
+    """Host issue times of every simulated rank's tasks before its optimizer step:
+    (task id, rank) -> (host time its first kernel is issued, host time its last is).
 
     Program order is task id order; a task's kernels are ``meta["kernels"]`` (default 1);
     a task whose (microbatch, chunk, phase) differs from the previous one's opens a
     microbatch step and first costs ``microbatch_s``. The optimizer (kind "optimizer")
     follows a host-GPU synchronisation: it and the rank's later tasks get no issue time.
+    Computed on the graph's columns; each rank's clock is one sequential cumulative sum
+    (h += microbatch, then h += kernels x c), so the floats are those of a loop.
     """
     if kernel_issue_s < 0 or microbatch_s < 0:
         raise ValueError(f"host costs must be >= 0, got kernel {kernel_issue_s} s, "
                          f"microbatch {microbatch_s} s")
-    out: IssueTimes = {}
-    if kernel_issue_s == 0 and microbatch_s == 0:
-        return out
-    clock: dict[int, float] = {}
-    step_of: dict[int, tuple[object, ...]] = {}
-    synced: set[int] = set()
-    virtual = graph.virtual
-    for task in graph.tasks:
-        meta = task.meta
-        kernels = int(meta.get("kernels", 1))
-        key = (meta.get("microbatch"), meta.get("chunk"), task.kind == "forward")
-        for rank in task.ranks:
-            if rank in virtual or rank in synced:
-                continue
-            if task.kind == "optimizer":
-                synced.add(rank)
-                continue
-            h = clock.get(rank, 0.0)
-            if key[0] is not None and step_of.get(rank) != key:
-                step_of[rank] = key
-                h += microbatch_s
-            first = h + kernel_issue_s
-            h += kernels * kernel_issue_s
-            clock[rank] = h
-            out[(task.id, rank)] = (first, h)
-    return out
+    n = len(graph)
+    first = np.full(n, np.nan)
+    last = np.full(n, np.nan)
+    rank_of = np.full(n, -1, dtype=np.int64)
+    group: dict[tuple[int, int], tuple[float, float]] = {}
+    if kernel_issue_s == 0 and microbatch_s == 0 or not n:
+        return _pack(first, last, rank_of, group)
+    tid, rank = graph.members()
+    # per meta: (microbatch step code or -1, kernels); per kind: forward?, optimizer?
+    steps: dict[tuple[object, object], int] = {}
+    meta_step = np.empty(len(graph.metas), dtype=np.int64)
+    meta_kernels = np.empty(len(graph.metas))
+    for code, meta in enumerate(graph.metas):
+        mb = meta.get("microbatch")
+        meta_step[code] = -1 if mb is None else steps.setdefault((mb, meta.get("chunk")),
+                                                                 len(steps))
+        meta_kernels[code] = int(meta.get("kernels", 1))
+    forward = np.array([k == "forward" for k in graph.kinds], dtype=bool)
+    optimizer = np.array([k == "optimizer" for k in graph.kinds], dtype=bool)
+    kind, meta = graph.codes("kind").astype(np.int64)[tid], graph.codes("meta")[tid]
+    step = meta_step[meta]
+    key = np.where(step >= 0, step * 2 + forward[kind], -1)
+    order = np.argsort(rank, kind="stable")  # per rank, in task id order
+    tid, rank, key, kind = tid[order], rank[order], key[order], kind[order]
+    kernels = meta_kernels[meta[order]]
+    bounds = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rank)]
+    single = graph.codes("group")
+    sizes = np.fromiter((len(g) for g in graph.groups), dtype=np.int64, count=len(graph.groups))
+    alone = sizes[single[tid]] == 1
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        opt = np.flatnonzero(optimizer[kind[a:b]])
+        stop = a + (int(opt[0]) if len(opt) else b - a)  # synced from the optimizer on
+        if stop == a:
+            continue
+        k = key[a:stop]
+        seen = np.where(k >= 0, np.arange(stop - a), -1)
+        prev = np.maximum.accumulate(seen)  # the last task with a step, up to each
+        before = np.r_[-1, prev[:-1]]
+        opens = (k >= 0) & ((before < 0) | (k != k[np.maximum(before, 0)]))
+        terms = np.empty(2 * (stop - a))
+        terms[0::2] = np.where(opens, microbatch_s, 0.0)
+        terms[1::2] = kernels[a:stop] * kernel_issue_s
+        clock = np.cumsum(terms)  # sequential: h += mb; h += kernels * c
+        starts, ends = clock[0::2] + kernel_issue_s, clock[1::2]
+        ids, one = tid[a:stop], alone[a:stop]
+        first[ids[one]] = starts[one]
+        last[ids[one]] = ends[one]
+        rank_of[ids[one]] = rank[a]
+        r = int(rank[a])
+        for t, f, e in zip(ids[~one].tolist(), starts[~one].tolist(), ends[~one].tolist(),
+                           strict=True):
+            group[(t, r)] = (f, e)
+    return _pack(first, last, rank_of, group)
+
+
+def _pack(first: np.ndarray, last: np.ndarray, rank_of: np.ndarray,
+          group: dict[tuple[int, int], tuple[float, float]]) -> IssueTimes:
+    return IssueTimes(array("d", first.tobytes()), array("d", last.tobytes()),
+                      array("q", rank_of.tobytes()), group)
 
 
 def issue_bound_makespan(durations: Sequence[float], kernel_issue_s: float) -> float:
