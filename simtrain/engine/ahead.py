@@ -20,6 +20,7 @@ callbacks go to a new event at the new time.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from simtrain.engine.sim import Executor
 
 
-def run_fixed(ex: Executor, rank: int, tasks: list[int], i: int,
+def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], i: int,
               slowdown: float) -> tuple[int, float]:
     """Run ``tasks[i:]`` ahead while each is compute whose dependencies have a known end, at
     a fixed rate: record their spans and ends with the same float steps SimPy would take
@@ -104,7 +105,7 @@ class Tentative:
     """The chain a stream has run ahead under interference, until it has passed it."""
 
     rank: int
-    tasks: list[int]
+    tasks: Sequence[int]
     slowdown: float
     i: int = 0  # first task not in the chain
     base: float = 0.0  # when the stream reached the chain's first task

@@ -193,7 +193,7 @@ class Executor:
                     per_rank.setdefault(member, []).append(dep)
         return per_rank.get(rank, ())
 
-    def _stream(self, rank: int, stream: str, tasks: list[int]) -> Generator[Any, Any, None]:
+    def _stream(self, rank: int, stream: str, tasks: Sequence[int]) -> Generator[Any, Any, None]:
         env = self.env
         g = self.graph
         comm_of, duration, flops = g.comm, g.duration, g.flops

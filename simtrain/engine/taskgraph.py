@@ -369,7 +369,7 @@ class TaskGraph:
             tid, rank = tid[keep], rank[keep]
         return tid, rank
 
-    def stream_ids(self) -> dict[tuple[int, str], list[int]]:
+    def stream_ids(self) -> dict[tuple[int, str], array]:
         """Task ids per (rank, stream) of simulated ranks, in program order (streams in the
         order a walk over the tasks and their ranks meets them)."""
         tid, rank = self.members()
@@ -381,12 +381,14 @@ class TaskGraph:
         key, tid = key[order], tid[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
         starts = np.r_[0, cuts]
+        order_of_first = order[starts]
         pieces = np.split(tid, cuts)
-        out: dict[tuple[int, str], list[int]] = {}
+        del order
+        out: dict[tuple[int, str], array] = {}
         names = self.stream_names
-        for s in np.argsort(order[starts]).tolist():  # in the order a walk meets them
+        for s in np.argsort(order_of_first).tolist():  # in the order a walk meets them
             k = int(key[starts[s]])
-            out[(k // width, names[k % width])] = pieces[s].tolist()
+            out[(k // width, names[k % width])] = array("q", pieces[s].tobytes())
         return out
 
 
