@@ -263,6 +263,49 @@ class TaskGraph:
         self.dep_start.append(len(self.dep_ids))
         return tid
 
+    def compute_each(
+        self,
+        ranks: Sequence[int],
+        name: str,
+        durations: Sequence[float],
+        *,
+        kind: str = "compute",
+        stream: str = "compute",
+        deps: Sequence[Sequence[int]],
+        flops: Sequence[float],
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Add one compute task per rank: ``ranks[i]`` runs ``durations[i]`` seconds of
+        ``flops[i]`` after ``deps[i]``, in rank order, as ``compute`` would one by one.
+        Returns the first task's id (the others follow it)."""
+        n = len(ranks)
+        first = len(self.kind)
+        if not n:
+            return first
+        lo = min(min(d) if d else 0 for d in deps)
+        hi = max(max(d) if d else -1 for d in deps)
+        if (first + n > MAX_TASKS or min(ranks) < 0 or max(ranks) >= self.num_ranks
+                or lo < 0 or hi >= first or min(durations) < 0
+                or not all(map(math.isfinite, durations)) or not all(map(math.isfinite, flops))):
+            for r, t, d, f in zip(ranks, durations, deps, flops, strict=True):  # raises
+                self.compute(r, name, t, kind=kind, stream=stream, deps=d, flops=f, meta=meta)
+            return first
+        self.kind.extend([self.kinds.code(kind)] * n)
+        self.name.extend([self.names.code(name)] * n)
+        self.stream.extend([self.stream_names.code(stream)] * n)
+        self.group.extend([self._single_code(r) for r in ranks])
+        self.duration.extend(durations)
+        self.flops.extend(flops)
+        self.nbytes.extend([0.0] * n)
+        self.comm.extend([-1] * n)
+        self.meta.extend([self._meta_code(meta)] * n)
+        dep_ids, dep_start = self.dep_ids, self.dep_start
+        for d in deps:
+            if d:
+                dep_ids.extend(d)
+            dep_start.append(len(dep_ids))
+        return first
+
     def collective(
         self,
         op: str,
