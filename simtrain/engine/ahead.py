@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from simtrain.engine.sim import Executor
 
 
-def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], i: int,
+def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[int], i: int,
               slowdown: float) -> tuple[int, float]:
     """Run ``tasks[i:]`` ahead while each is compute whose dependencies have a known end, at
     a fixed rate: record their spans and ends with the same float steps SimPy would take
@@ -42,7 +42,7 @@ def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], i: int,
     g = ex.graph
     comm_of, duration, dep_start, dep_ids = g.comm, g.duration, g.dep_start, g.dep_ids
     issue = ex.issue
-    first, last, rank_of, issue_any = issue.first, issue.last, issue.rank_of, ex._issue_any
+    first, last, issue_any = issue.first, issue.last, ex._issue_any
     add_rank, add_start, add_end, add_ref = ex.rows
     n = len(tasks)
     while i < n:
@@ -57,9 +57,10 @@ def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], i: int,
         if ready == math.inf:
             break
         now = ready
-        issued = issue_any and rank_of[tid] == rank and first[tid] == first[tid]
-        if issued and first[tid] > now:
-            began, now = now, now + (first[tid] - now)
+        f = first[places[i]] if issue_any else 0.0
+        issued = issue_any and f == f
+        if issued and f > now:
+            began, now = now, now + (f - now)
             add_rank(rank), add_start(began), add_end(now), add_ref(tid * 4 + HOST_SPAN)
         start = now
         work = duration[tid]
@@ -67,7 +68,7 @@ def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], i: int,
             now = now + work * slowdown
         add_rank(rank), add_start(start), add_end(now), add_ref(tid * 4 + TASK_SPAN)
         if issued:
-            tail = last[tid] + work * slowdown / ex._kernels(tid)
+            tail = last[places[i]] + work * slowdown / ex._kernels(tid)
             if tail > now:
                 began, now = now, now + (tail - now)
                 add_rank(rank), add_start(began), add_end(now), add_ref(tid * 4 + HOST_SPAN)
@@ -106,6 +107,7 @@ class Tentative:
 
     rank: int
     tasks: Sequence[int]
+    places: Sequence[int]  # each task's member index (issue times)
     slowdown: float
     i: int = 0  # first task not in the chain
     base: float = 0.0  # when the stream reached the chain's first task
@@ -125,9 +127,9 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
     comm_of, duration, flops, dep_start, dep_ids = (g.comm, g.duration, g.flops, g.dep_start,
                                                     g.dep_ids)
     issue = ex.issue
-    first, last, rank_of, issue_any = issue.first, issue.last, issue.rank_of, ex._issue_any
+    first, last, issue_any = issue.first, issue.last, ex._issue_any
     rate_of, load = ex.sharing.rate_of, ex.sharing.load.get(st.rank)
-    tasks, rank, slowdown, own, entries = st.tasks, st.rank, st.slowdown, st.own, st.entries
+    tasks, places, slowdown, own, entries = st.tasks, st.places, st.slowdown, st.own, st.entries
     if not entries:
         st.base = now
     i, n = st.i, len(tasks)
@@ -147,9 +149,10 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
         if ready == math.inf:
             break
         now = ready
-        issued = issue_any and rank_of[tid] == rank and first[tid] == first[tid]
-        if issued and first[tid] > now:
-            now = now + (first[tid] - now)
+        f = first[places[i]] if issue_any else 0.0
+        issued = issue_any and f == f
+        if issued and f > now:
+            now = now + (f - now)
         start = now
         work = duration[tid]
         rate, f = 1.0, flops[tid]
@@ -157,7 +160,8 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
             work = work * slowdown
             rate = rate_of(work, f, load)
             now = now + work / rate
-        tail = last[tid] + duration[tid] * slowdown / ex._kernels(tid) if issued else -math.inf
+        tail = (last[places[i]] + duration[tid] * slowdown / ex._kernels(tid) if issued
+                else -math.inf)
         entry = _Entry(i, tid, ready, start, now, now, work, f, rate, start, work, tail)
         if tail > now:
             entry.reach = now = now + (tail - now)

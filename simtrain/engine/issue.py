@@ -1,18 +1,23 @@
 """Host issue times as the engine reads them: when a task's first and last kernel are issued.
 
-A mapping (task id, rank) -> (first, last) host seconds (simtrain.workload.host builds it).
-Held as two float columns indexed by task id for single-rank tasks (NaN: no issue time),
-which is nearly every task, and a dict for the members of group tasks: a dict of millions
-of tuple keys cost 0.7 GB on an explicit 512-GPU step, the columns 16 bytes per task.
+A mapping (task id, rank) -> (first, last) host seconds (simtrain.workload.host builds it),
+held as two float columns over the graph's *members*: every (task, simulated rank) pair in
+walk order (``TaskGraph.members``), NaN where a member has no issue time. A stream knows the
+member position of each of its tasks (``TaskGraph.stream_members``) and reads its times by
+position. A dict of tuple keys cost 0.7 GB on an explicit 512-GPU step (6M members), the
+columns 16 bytes per member.
 """
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from simtrain.engine.taskgraph import TaskGraph
 
 Key = tuple[int, int]  # (task id, rank)
 
@@ -20,55 +25,59 @@ Key = tuple[int, int]  # (task id, rank)
 class IssueTimes(Mapping[Key, tuple[float, float]]):
     """(task id, rank) -> (host time the first kernel is issued, host time the last is).
 
-    ``first[t]`` / ``last[t]`` hold single-rank task t's times (NaN when it has none), and
-    ``rank_of[t]`` its rank; ``group`` holds the entries of tasks over several ranks.
+    ``first[p]`` / ``last[p]`` are member p's times (NaN: none); ``tid`` / ``rank`` name
+    the members; ``start[t]`` is task t's first member (its members are contiguous).
     """
 
-    def __init__(self, first: array, last: array, rank_of: array,
-                 group: dict[Key, tuple[float, float]] | None = None) -> None:
-        self.first, self.last, self.rank_of = first, last, rank_of
-        self.group = group or {}
-        self._count: int | None = None
+    def __init__(self, first: np.ndarray, last: np.ndarray, tid: np.ndarray,
+                 rank: np.ndarray) -> None:
+        # array('d'): 8 bytes a member, read one float at a time by the streams
+        self.first, self.last = array("d", first.tobytes()), array("d", last.tobytes())
+        self.tid, self.rank = tid, rank
+        n = int(tid[-1]) + 1 if len(tid) else 0
+        self.start = np.searchsorted(tid, np.arange(n + 1))
+        self.count = int(np.count_nonzero(~np.isnan(first)))
 
     @classmethod
-    def of(cls, table: Mapping[Key, tuple[float, float]], num_tasks: int) -> IssueTimes:
-        """From a plain mapping (every entry kept in ``group``)."""
+    def of(cls, table: Mapping[Key, tuple[float, float]], graph: TaskGraph) -> IssueTimes:
+        """From a plain mapping over ``graph``'s members (an IssueTimes passes through)."""
         if isinstance(table, IssueTimes):
             return table
-        first = array("d", [math.nan]) * num_tasks
-        last, rank_of = array("d", first), array("q", [-1]) * num_tasks
-        group = {}
-        for (tid, rank), (f, e) in table.items():
-            if rank_of[tid] < 0:
-                first[tid], last[tid], rank_of[tid] = f, e, rank
-            else:
-                group[(tid, rank)] = (f, e)
-        return cls(first, last, rank_of, group)
+        tid, rank = graph.members()
+        first, last = np.full(len(tid), np.nan), np.full(len(tid), np.nan)
+        start = np.searchsorted(tid, np.arange(len(graph) + 1))
+        for (t, r), (f, e) in table.items():
+            where = np.flatnonzero(rank[start[t]:start[t + 1]] == r)
+            if not len(where):
+                raise KeyError(f"issue time for task {t} on rank {r}: not a simulated member")
+            first[start[t] + where[0]], last[start[t] + where[0]] = f, e
+        return cls(first, last, tid, rank)
+
+    def position(self, key: Key) -> int:
+        """Member index of (task, rank), or -1."""
+        t, r = key
+        if not 0 <= t < len(self.start) - 1:
+            return -1
+        lo = int(self.start[t])
+        where = np.flatnonzero(self.rank[lo:int(self.start[t + 1])] == r)
+        return lo + int(where[0]) if len(where) else -1
+
+    def at(self, p: int) -> tuple[float, float] | None:
+        """Member ``p``'s times, or None."""
+        f = self.first[p]
+        return None if f != f else (f, self.last[p])
 
     def __getitem__(self, key: Key) -> tuple[float, float]:
-        found = self.get(key)
+        p = self.position(key)
+        found = self.at(p) if p >= 0 else None
         if found is None:
             raise KeyError(key)
         return found
 
-    def get(self, key: Key, default: tuple[float, float] | None = None  # type: ignore[override]
-            ) -> tuple[float, float] | None:
-        tid, rank = key
-        if 0 <= tid < len(self.first) and self.rank_of[tid] == rank:
-            f = self.first[tid]
-            if f == f:
-                return (f, self.last[tid])
-        return self.group.get(key, default)
-
     def __iter__(self) -> Iterator[Key]:
-        for tid, f in enumerate(self.first):
+        for p, f in enumerate(self.first):
             if f == f:
-                yield (tid, self.rank_of[tid])
-        yield from self.group
+                yield (int(self.tid[p]), int(self.rank[p]))
 
     def __len__(self) -> int:
-        if self._count is None:
-            values = np.frombuffer(self.first, dtype=np.float64) if len(self.first) else \
-                np.zeros(0)
-            self._count = int(np.count_nonzero(~np.isnan(values))) + len(self.group)
-        return self._count
+        return self.count

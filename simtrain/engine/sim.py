@@ -90,7 +90,7 @@ class Executor:
         self.interferes = self.model is not None or self.fixed > 0
         # (task id, rank) -> host times its first and last kernel are issued
         # (simtrain.workload.host): a kernel cannot start before the host issued it.
-        self.issue = IssueTimes.of(issue or {}, len(graph))
+        self.issue = IssueTimes.of(issue or {}, graph)
         self._issue_any = bool(self.issue)
         self._meta_kernels = [m.get("kernels", 1) for m in graph.metas]
         # "flow": collectives move flows that share links (contention). "analytic": each
@@ -122,9 +122,9 @@ class Executor:
         return {key: task(c[0]) if c[0] >= 0 else None for key, c in self._cursor.items()}
 
     def run(self) -> Timeline:
-        for (rank, stream), tasks in self.graph.stream_ids().items():
+        for (rank, stream), (tasks, places) in self.graph.stream_members().items():
             self._cursor[(rank, stream)] = [-1]
-            self.env.process(self._stream(rank, stream, tasks))
+            self.env.process(self._stream(rank, stream, tasks, places))
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
             raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
@@ -193,7 +193,8 @@ class Executor:
                     per_rank.setdefault(member, []).append(dep)
         return per_rank.get(rank, ())
 
-    def _stream(self, rank: int, stream: str, tasks: Sequence[int]) -> Generator[Any, Any, None]:
+    def _stream(self, rank: int, stream: str, tasks: Sequence[int],
+                places: Sequence[int]) -> Generator[Any, Any, None]:
         env = self.env
         g = self.graph
         comm_of, duration, flops = g.comm, g.duration, g.flops
@@ -204,8 +205,8 @@ class Executor:
         # (simtrain.engine.ahead): final without interference, tentative (re-timed when a
         # collective starts or ends on the rank) with it.
         fixed = hang_at is None and not self.interferes
-        chain = Tentative(rank, tasks, slowdown) if hang_at is None and self.interferes \
-            else None
+        chain = Tentative(rank, tasks, places, slowdown) \
+            if hang_at is None and self.interferes else None
         if chain is not None:
             self._chains.setdefault(rank, []).append(chain)
         ahead = fixed or chain is not None
@@ -214,7 +215,7 @@ class Executor:
         i, n = 0, len(tasks)
         while i < n:
             if fixed:
-                i, until = run_fixed(self, rank, tasks, i, slowdown)
+                i, until = run_fixed(self, rank, tasks, places, i, slowdown)
                 if until > env.now:
                     yield env.at(until)
                 if i == n:
@@ -242,7 +243,7 @@ class Executor:
             is_compute = comm_of[tid] < 0
             if ahead and is_compute:
                 continue  # its dependencies have ended: the chain runs it
-            issued = self.issue.get((tid, rank))
+            issued = self.issue.at(places[i]) if self._issue_any else None
             if issued is not None and issued[0] > env.now:
                 yield from self._wait_host(rank, tid, issued[0])
             if is_compute:

@@ -415,6 +415,10 @@ class TaskGraph:
     def stream_ids(self) -> dict[tuple[int, str], array]:
         """Task ids per (rank, stream) of simulated ranks, in program order (streams in the
         order a walk over the tasks and their ranks meets them)."""
+        return {key: ids for key, (ids, _) in self.stream_members().items()}
+
+    def stream_members(self) -> dict[tuple[int, str], tuple[array, array]]:
+        """As ``stream_ids``, with each task's member index (its place in ``members``)."""
         tid, rank = self.members()
         if not len(tid):
             return {}
@@ -426,12 +430,13 @@ class TaskGraph:
         starts = np.r_[0, cuts]
         order_of_first = order[starts]
         pieces = np.split(tid, cuts)
-        del order
-        out: dict[tuple[int, str], array] = {}
+        places = np.split(order, cuts)
+        out: dict[tuple[int, str], tuple[array, array]] = {}
         names = self.stream_names
         for s in np.argsort(order_of_first).tolist():  # in the order a walk meets them
             k = int(key[starts[s]])
-            out[(k // width, names[k % width])] = array("q", pieces[s].tobytes())
+            out[(k // width, names[k % width])] = (array("q", pieces[s].tobytes()),
+                                                   array("q", places[s].tobytes()))
         return out
 
 

@@ -35,7 +35,6 @@ Parameters (``compute:`` section, see ``ComputeConfig``):
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
 # The host share of a step above which a summary calls the step launch-bound: beyond it
 # the GPU waits for the framework more than it would for a typical exposed collective.
 LAUNCH_BOUND_SHARE = 0.10
+
 
 def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) -> IssueTimes:
     """Host issue times of every simulated rank's tasks before its optimizer step:
@@ -64,14 +64,11 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
     if kernel_issue_s < 0 or microbatch_s < 0:
         raise ValueError(f"host costs must be >= 0, got kernel {kernel_issue_s} s, "
                          f"microbatch {microbatch_s} s")
-    n = len(graph)
-    first = np.full(n, np.nan)
-    last = np.full(n, np.nan)
-    rank_of = np.full(n, -1, dtype=np.int64)
-    group: dict[tuple[int, int], tuple[float, float]] = {}
-    if kernel_issue_s == 0 and microbatch_s == 0 or not n:
-        return _pack(first, last, rank_of, group)
     tid, rank = graph.members()
+    first = np.full(len(tid), np.nan)  # per member (task, rank) in walk order
+    last = np.full(len(tid), np.nan)
+    if kernel_issue_s == 0 and microbatch_s == 0 or not len(tid):
+        return IssueTimes(first, last, tid, rank)
     # per meta: (microbatch step code or -1, kernels); per kind: forward?, optimizer?
     steps: dict[tuple[object, object], int] = {}
     meta_step = np.empty(len(graph.metas), dtype=np.int64)
@@ -83,16 +80,18 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
         meta_kernels[code] = int(meta.get("kernels", 1))
     forward = np.array([k == "forward" for k in graph.kinds], dtype=bool)
     optimizer = np.array([k == "optimizer" for k in graph.kinds], dtype=bool)
-    kind, meta = graph.codes("kind").astype(np.int64)[tid], graph.codes("meta")[tid]
+    order = np.argsort(rank, kind="stable")  # per rank, in task id order
+    by_rank = tid[order]
+    kind = graph.codes("kind")[by_rank]
+    meta = graph.codes("meta")[by_rank]
+    del by_rank
     step = meta_step[meta]
     key = np.where(step >= 0, step * 2 + forward[kind], -1)
-    order = np.argsort(rank, kind="stable")  # per rank, in task id order
-    tid, rank, key, kind = tid[order], rank[order], key[order], kind[order]
-    kernels = meta_kernels[meta[order]]
-    bounds = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rank)]
-    single = graph.codes("group")
-    sizes = np.fromiter((len(g) for g in graph.groups), dtype=np.int64, count=len(graph.groups))
-    alone = sizes[single[tid]] == 1
+    kernels = meta_kernels[meta]
+    del step, meta
+    ranks = rank[order]
+    bounds = np.r_[0, np.flatnonzero(np.diff(ranks)) + 1, len(ranks)]
+    del ranks
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         opt = np.flatnonzero(optimizer[kind[a:b]])
         stop = a + (int(opt[0]) if len(opt) else b - a)  # synced from the optimizer on
@@ -107,22 +106,10 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
         terms[0::2] = np.where(opens, microbatch_s, 0.0)
         terms[1::2] = kernels[a:stop] * kernel_issue_s
         clock = np.cumsum(terms)  # sequential: h += mb; h += kernels * c
-        starts, ends = clock[0::2] + kernel_issue_s, clock[1::2]
-        ids, one = tid[a:stop], alone[a:stop]
-        first[ids[one]] = starts[one]
-        last[ids[one]] = ends[one]
-        rank_of[ids[one]] = rank[a]
-        r = int(rank[a])
-        for t, f, e in zip(ids[~one].tolist(), starts[~one].tolist(), ends[~one].tolist(),
-                           strict=True):
-            group[(t, r)] = (f, e)
-    return _pack(first, last, rank_of, group)
-
-
-def _pack(first: np.ndarray, last: np.ndarray, rank_of: np.ndarray,
-          group: dict[tuple[int, int], tuple[float, float]]) -> IssueTimes:
-    return IssueTimes(array("d", first.tobytes()), array("d", last.tobytes()),
-                      array("q", rank_of.tobytes()), group)
+        where = order[a:stop]
+        first[where] = clock[0::2] + kernel_issue_s
+        last[where] = clock[1::2]
+    return IssueTimes(first, last, tid, rank)
 
 
 def issue_bound_makespan(durations: Sequence[float], kernel_issue_s: float) -> float:

@@ -100,8 +100,15 @@ def test_stream_ids_follow_program_order_and_the_walk_order_of_streams():
 
 
 def test_issue_columns_are_the_mapping_they_were_built_from():
+    g = TaskGraph(3)
+    g.compute(2, "a", 1.0)
+    g.collective("all_reduce", (1, 0), 1.0, "ar")
+    g.compute(0, "b", 1.0)
     table = {(0, 2): (1.0, 2.0), (1, 0): (3.0, 4.0), (1, 1): (5.0, 6.0)}
-    issue = IssueTimes.of(table, 3)
+    issue = IssueTimes.of(table, g)
     assert dict(issue) == table and issue == table and len(issue) == 3
     assert issue.get((2, 0)) is None and (0, 1) not in issue and issue[(1, 1)] == (5.0, 6.0)
-    assert IssueTimes.of({}, 2) == {}
+    assert issue.at(issue.position((1, 1))) == (5.0, 6.0)
+    assert IssueTimes.of({}, g) == {}
+    with pytest.raises(KeyError, match="not a simulated member"):
+        IssueTimes.of({(0, 1): (1.0, 1.0)}, g)
