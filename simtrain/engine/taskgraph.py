@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 import numpy as np
@@ -58,11 +58,7 @@ class Task:
     bytes: float = 0.0
     deps: tuple[int, ...] = ()
     comm: CommSpec | None = None
-    meta: dict[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        if self.meta is None:
-            self.meta = {}
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_comm(self) -> bool:
@@ -78,12 +74,12 @@ class _Table(list[Any]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.index: dict[Any, int] = {}
+        self.lookup: dict[Any, int] = {}
 
     def code(self, value: Any) -> int:
-        code = self.index.get(value)
+        code = self.lookup.get(value)
         if code is None:
-            code = self.index[value] = len(self)
+            code = self.lookup[value] = len(self)
             self.append(value)
         return code
 
@@ -162,12 +158,12 @@ class TaskGraph:
     def _meta_code(self, meta: Mapping[str, Any] | None) -> int:
         items = tuple(meta.items()) if meta else ()
         try:
-            code = self.metas.index.get(items)
+            code = self.metas.lookup.get(items)
         except TypeError:  # an unhashable value: kept as its own copy
             self.metas.append(dict(items))
             return len(self.metas) - 1
         if code is None:
-            code = self.metas.index[items] = len(self.metas)
+            code = self.metas.lookup[items] = len(self.metas)
             self.metas.append(dict(items))
         return code
 
@@ -246,11 +242,11 @@ class TaskGraph:
         group = single[rank] if rank < len(single) else -1
         if group < 0:
             group = self._single_code(rank)
-        code = self.kinds.index.get(kind)
+        code = self.kinds.lookup.get(kind)
         self.kind.append(code if code is not None else self.kinds.code(kind))
-        code = self.names.index.get(name)
+        code = self.names.lookup.get(name)
         self.name.append(code if code is not None else self.names.code(name))
-        code = self.stream_names.index.get(stream)
+        code = self.stream_names.lookup.get(stream)
         self.stream.append(code if code is not None else self.stream_names.code(stream))
         self.group.append(group)
         self.duration.append(duration)
@@ -349,9 +345,9 @@ class TaskGraph:
         # copies tuple can hold thousands of groups; it is kept alive by _checked_copies).
         key = (op, nbytes, algorithm, matrix, id(checked))
         comms = self.comms
-        code = comms.index.get(key)
+        code = comms.lookup.get(key)
         if code is None:
-            code = comms.index[key] = len(comms)
+            code = comms.lookup[key] = len(comms)
             comms.append(CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix,
                                   copies=checked))
         return self._append(kind, name, self.groups.code(group), stream, 0.0, 0.0, nbytes,
