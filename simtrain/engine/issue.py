@@ -29,37 +29,43 @@ class IssueTimes(Mapping[Key, tuple[float, float]]):
     the members; ``start[t]`` is task t's first member (its members are contiguous).
     """
 
-    def __init__(self, first: np.ndarray, last: np.ndarray, tid: np.ndarray,
-                 rank: np.ndarray) -> None:
+    def __init__(self, first: np.ndarray, last: np.ndarray, graph: TaskGraph) -> None:
         # array('d'): 8 bytes a member, read one float at a time by the streams
         self.first, self.last = array("d", first.tobytes()), array("d", last.tobytes())
-        self.tid, self.rank = tid, rank
-        n = int(tid[-1]) + 1 if len(tid) else 0
-        self.start = np.searchsorted(tid, np.arange(n + 1))
+        self.graph = graph
         self.count = int(np.count_nonzero(~np.isnan(first)))
+        self._members: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _names(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(task, rank) of each member and each task's first member (built when asked)."""
+        if self._members is None:
+            tid, rank = self.graph.members()
+            self._members = (tid, rank, np.searchsorted(tid, np.arange(len(self.graph) + 1)))
+        return self._members
 
     @classmethod
     def of(cls, table: Mapping[Key, tuple[float, float]], graph: TaskGraph) -> IssueTimes:
         """From a plain mapping over ``graph``'s members (an IssueTimes passes through)."""
         if isinstance(table, IssueTimes):
             return table
-        tid, rank = graph.members()
+        tid, _ = graph.members()
         first, last = np.full(len(tid), np.nan), np.full(len(tid), np.nan)
-        start = np.searchsorted(tid, np.arange(len(graph) + 1))
+        out = cls(first, last, graph)
         for (t, r), (f, e) in table.items():
-            where = np.flatnonzero(rank[start[t]:start[t + 1]] == r)
-            if not len(where):
+            p = out.position((t, r))
+            if p < 0:
                 raise KeyError(f"issue time for task {t} on rank {r}: not a simulated member")
-            first[start[t] + where[0]], last[start[t] + where[0]] = f, e
-        return cls(first, last, tid, rank)
+            first[p], last[p] = f, e
+        return cls(first, last, graph)
 
     def position(self, key: Key) -> int:
         """Member index of (task, rank), or -1."""
         t, r = key
-        if not 0 <= t < len(self.start) - 1:
+        _, rank, start = self._names()
+        if not 0 <= t < len(start) - 1:
             return -1
-        lo = int(self.start[t])
-        where = np.flatnonzero(self.rank[lo:int(self.start[t + 1])] == r)
+        lo = int(start[t])
+        where = np.flatnonzero(rank[lo:int(start[t + 1])] == r)
         return lo + int(where[0]) if len(where) else -1
 
     def at(self, p: int) -> tuple[float, float] | None:
@@ -75,9 +81,10 @@ class IssueTimes(Mapping[Key, tuple[float, float]]):
         return found
 
     def __iter__(self) -> Iterator[Key]:
+        tid, rank, _ = self._names()
         for p, f in enumerate(self.first):
             if f == f:
-                yield (int(self.tid[p]), int(self.rank[p]))
+                yield (int(tid[p]), int(rank[p]))
 
     def __len__(self) -> int:
         return self.count

@@ -392,19 +392,22 @@ class TaskGraph:
 
     def members(self) -> tuple[np.ndarray, np.ndarray]:
         """(task id, rank) of every task's simulated ranks, in walk order: tasks by id,
-        each task's ranks in group order."""
+        each task's ranks in group order (int32: an explicit 512-GPU step has 6M)."""
         n = len(self.kind)
         sizes = np.fromiter((len(g) for g in self.groups), dtype=np.int64, count=len(self.groups))
-        flat = np.fromiter((r for g in self.groups for r in g), dtype=np.int64,
+        flat = np.fromiter((r for g in self.groups for r in g), dtype=np.int32,
                            count=int(sizes.sum()))
-        first = np.cumsum(sizes) - sizes
-        group = self.codes("group").astype(np.int64)
+        group = self.codes("group")
         count = sizes[group] if n else np.zeros(0, dtype=np.int64)
-        tid = np.repeat(np.arange(n, dtype=np.int64), count)
-        offset = np.arange(len(tid), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        rank = flat[first[group][tid] + offset] if len(tid) else np.zeros(0, dtype=np.int64)
+        tid = np.repeat(np.arange(n, dtype=np.int32), count)
+        # member k of task t sits at flat[first of t's group + k]
+        where = np.arange(len(tid), dtype=np.int64)
+        where -= np.repeat(np.cumsum(count) - count - (np.cumsum(sizes) - sizes)[group], count)
+        del count, group
+        rank = flat[where] if len(tid) else np.zeros(0, dtype=np.int32)
+        del where
         if self.virtual:
-            keep = ~np.isin(rank, np.fromiter(self.virtual, dtype=np.int64))
+            keep = ~np.isin(rank, np.fromiter(self.virtual, dtype=np.int32))
             tid, rank = tid[keep], rank[keep]
         return tid, rank
 
@@ -419,7 +422,7 @@ class TaskGraph:
         if not len(tid):
             return {}
         width = len(self.stream_names)
-        key = rank * width + self.codes("stream").astype(np.int64)[tid]
+        key = rank.astype(np.int64) * width + self.codes("stream")[tid]
         order = np.argsort(key, kind="stable")
         key, tid = key[order], tid[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
@@ -431,7 +434,7 @@ class TaskGraph:
         names = self.stream_names
         for s in np.argsort(order_of_first).tolist():  # in the order a walk meets them
             k = int(key[starts[s]])
-            out[(k // width, names[k % width])] = (array("q", pieces[s].tobytes()),
+            out[(k // width, names[k % width])] = (array("i", pieces[s].tobytes()),
                                                    array("q", places[s].tobytes()))
         return out
 

@@ -68,7 +68,7 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
     first = np.full(len(tid), np.nan)  # per member (task, rank) in walk order
     last = np.full(len(tid), np.nan)
     if kernel_issue_s == 0 and microbatch_s == 0 or not len(tid):
-        return IssueTimes(first, last, tid, rank)
+        return IssueTimes(first, last, graph)
     # per meta: (microbatch step code or -1, kernels); per kind: forward?, optimizer?
     steps: dict[tuple[object, object], int] = {}
     meta_step = np.empty(len(graph.metas), dtype=np.int64)
@@ -82,6 +82,7 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
     optimizer = np.array([k == "optimizer" for k in graph.kinds], dtype=bool)
     order = np.argsort(rank, kind="stable")  # per rank, in task id order
     by_rank = tid[order]
+    del tid
     kind = graph.codes("kind")[by_rank]
     meta = graph.codes("meta")[by_rank]
     del by_rank
@@ -109,7 +110,7 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
         where = order[a:stop]
         first[where] = clock[0::2] + kernel_issue_s
         last[where] = clock[1::2]
-    return IssueTimes(first, last, tid, rank)
+    return IssueTimes(first, last, graph)
 
 
 def issue_bound_makespan(durations: Sequence[float], kernel_issue_s: float) -> float:
