@@ -14,7 +14,7 @@ limit sits well above the largest published configuration, so no real scenario m
 | sequence length | 16,777,216 tokens | 1M-10M token context research runs |
 | experts | 4,096 | 256 (DeepSeek-V3), 2,048 (Switch-C) |
 | microbatches per step | 65,536 | 96 (GPT-3 175B on 1,024 A100s) |
-| tasks in the graph | 4,000,000 | 3.66M (explicit dense-512 of bench_scale, Llama 3 70B at layer granularity) |
+| tasks in the graph | 4,000,000 | 3.66M (bench_scale explicit dense-512: Llama 3 70B, layers) |
 
 Besides: efficiencies of at least 1% of peak and oversubscription of at most 1000, so no
 derived time or rate leaves the range floats represent. The task limit bounds memory: the
