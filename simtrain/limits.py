@@ -14,12 +14,14 @@ limit sits well above the largest published configuration, so no real scenario m
 | sequence length | 16,777,216 tokens | 1M-10M token context research runs |
 | experts | 4,096 | 256 (DeepSeek-V3), 2,048 (Switch-C) |
 | microbatches per step | 65,536 | 96 (GPT-3 175B on 1,024 A100s) |
-| tasks in the graph | 2,000,000 | 1.18M (the 16,384-GPU Llama 3 run at explicit fidelity) |
+| tasks in the graph | 4,000,000 | 3.66M (bench_scale explicit dense-512: Llama 3 70B, layers) |
 
 Besides: efficiencies of at least 1% of peak and oversubscription of at most 1000, so no
 derived time or rate leaves the range floats represent. The task limit bounds memory: the
-graph costs about 600 bytes per task while it is built (1 GB for 1.6M tasks, measured Dec
-2026) and about 1.1 KB per task once simulated, so a graph that hits it fails at ~1.3 GB.
+graph is held as columns, about 70 bytes per task while it is built (318 MB of RSS for
+3.66M tasks, measured Dec 2026; it was ~600 bytes as one object per task) and about 400
+bytes per task once simulated with its spans (dense-64 explicit: 246 MB for 448k tasks), so
+a graph that hits it fails at ~0.35 GB.
 The other rows only scale work: they are caught before the cluster or model is built.
 """
 
@@ -39,7 +41,7 @@ MAX_VOCAB = 2**24
 MAX_SEQ_LEN = 2**24
 MAX_EXPERTS = 4_096
 MAX_MICRO_BATCHES = 65_536
-MAX_TASKS = 2_000_000
+MAX_TASKS = 4_000_000
 # A straggler computing 1000x slower is as good as hung: model it with sim.hangs.
 MAX_SLOWDOWN = 1_000.0
 # Kernels below 1% of peak FLOP/s or HBM bandwidth are not what the roofline models (a

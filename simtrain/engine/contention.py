@@ -63,6 +63,9 @@ class ComputeSharing:
     rate_of: Callable[[float, float, list[float] | None], float]
     load: dict[int, list[float]] = field(default_factory=dict)
     running: dict[int, list[_Run]] = field(default_factory=dict)
+    # Called with a rank after its load changed (the executor re-times the chains it ran
+    # ahead on that rank: simtrain.engine.ahead).
+    on_change: Callable[[int], None] | None = None
 
     def run(self, rank: int, work: float, flops: float) -> simpy.Event:
         """Start ``work`` seconds of compute on ``rank``; the event fires when it is done."""
@@ -90,6 +93,8 @@ class ComputeSharing:
                 run.since = now
                 run.rate = rate
                 self._wake(run)
+            if self.on_change is not None:
+                self.on_change(rank)
 
     def _wake(self, run: _Run) -> None:
         run.stamp += 1

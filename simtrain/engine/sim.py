@@ -20,12 +20,14 @@ import simpy
 
 from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel, Lowered
+from simtrain.engine.ahead import Tentative, extend, flush, retime, run_fixed
 from simtrain.engine.contention import Clock, ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
+from simtrain.engine.issue import IssueTimes
 from simtrain.engine.network import FlowNetwork
 from simtrain.engine.sharing import couple
-from simtrain.engine.taskgraph import Task, TaskGraph
-from simtrain.engine.timeline import HOST_SPAN, TASK_SPAN, Timeline
+from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
+from simtrain.engine.timeline import Timeline
 from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
     SimulationDeadlock,
     diagnose,
@@ -88,31 +90,41 @@ class Executor:
         self.interferes = self.model is not None or self.fixed > 0
         # (task id, rank) -> host times its first and last kernel are issued
         # (simtrain.workload.host): a kernel cannot start before the host issued it.
-        self.issue = dict(issue or {})
+        self.issue = IssueTimes.of(issue or {}, graph)
+        self._issue_any = bool(self.issue)
+        self._meta_kernels = [m.get("kernels", 1) for m in graph.metas]
         # "flow": collectives move flows that share links (contention). "analytic": each
         # collective takes its idle-network time, still waiting for all members.
         self.analytic = network == "analytic"
         self.env = Clock()
-        self.sharing = ComputeSharing(self.env, self._rate)
+        self.sharing = ComputeSharing(self.env, self._rate, on_change=self._retime)
+        self._chains: dict[int, list[Tentative]] = {}  # rank -> its streams' chains
+        self._moves: dict[int, list[simpy.Event]] = {}  # task -> events at its tentative end
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
         # When each task ended (inf: not yet known). Without interference a stream runs its
         # ready chain of compute tasks ahead (``_chain``), so a finish may lie in the future.
-        self.finish = array("d", [math.inf]) * len(graph.tasks)
+        self.finish = array("d", [math.inf]) * len(graph)
         # Events for tasks someone waits for, made on demand (most tasks have none).
         self._waiters: dict[int, simpy.Event] = {}
         self.arrivals: dict[int, dict[int, float]] = {}
         self._group_deps: dict[int, dict[int, list[int]]] = {}
         self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
-        self.position: dict[tuple[int, str], Task | None] = {}
+        self._cursor: dict[tuple[int, str], list[int]] = {}  # stream -> [task at, or -1]
         self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
         self.blocked: dict[int, tuple[float, str, str]] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks, tasks=graph.tasks)
         self.rows = self.timeline.appenders()
 
+    @property
+    def position(self) -> dict[tuple[int, str], Task | None]:
+        """Per stream, the task it last reached and has not passed (None: none or done)."""
+        task = self.graph.task
+        return {key: task(c[0]) if c[0] >= 0 else None for key, c in self._cursor.items()}
+
     def run(self) -> Timeline:
-        for (rank, stream), tasks in self.graph.streams().items():
-            self.position[(rank, stream)] = None
-            self.env.process(self._stream(rank, stream, tasks))
+        for (rank, stream), (tasks, places) in self.graph.stream_members().items():
+            self._cursor[(rank, stream)] = [-1]
+            self.env.process(self._stream(rank, stream, tasks, places))
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
             raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
@@ -128,7 +140,7 @@ class Executor:
         return self.finish[task_id] <= self.env.now
 
     def _finished(self, task_id: int, when: float) -> None:
-        """``task_id`` ends at ``when`` (now, or later for a chain run ahead)."""
+        """``task_id`` ends at ``when`` (now)."""
         self.finish[task_id] = when
         waiter = self._waiters.pop(task_id, None)
         if waiter is not None:
@@ -138,18 +150,20 @@ class Executor:
         """An event that fires when ``task_id`` ends."""
         when = self.finish[task_id]
         if not math.isinf(when):
-            return self.env.at(max(when, self.env.now))
+            if when > self.env.now:  # a chain run ahead: the end may move (_at_end)
+                return self._at_end(task_id, when, simpy.Event(self.env))
+            return self.env.at(self.env.now)
         waiter = self._waiters.get(task_id)
         if waiter is None:
             waiter = self._waiters[task_id] = self.env.event()
         return waiter
 
-    def _pending(self, task: Task, rank: int) -> list[int]:
-        """Dependencies ``rank`` must see before it can reach ``task``, not yet ended."""
+    def _pending(self, tid: int, rank: int) -> list[int]:
+        """Dependencies ``rank`` must see before it can reach task ``tid``, not yet ended."""
         finish, now = self.finish, self.env.now
-        return [d for d in self._dep_ids(task, rank) if not finish[d] <= now]
+        return [d for d in self._dep_ids(tid, rank) if not finish[d] <= now]
 
-    def _dep_ids(self, task: Task, rank: int) -> Sequence[int]:
+    def _dep_ids(self, tid: int, rank: int) -> Sequence[int]:
         """Ids of the dependencies ``rank`` waits for before it reaches ``task``.
 
         For a group task, a rank waits only for dependencies it takes part in; the others
@@ -159,15 +173,19 @@ class Executor:
         it; one on mirrored (virtual) ranks only never runs and is mirrored instead. The
         split is computed once per group task (its deps can be many: one per member).
         """
-        if len(task.ranks) == 1:
-            return task.deps
-        per_rank = self._group_deps.get(task.id)
+        g = self.graph
+        start, end = g.dep_start[tid], g.dep_start[tid + 1]
+        ranks = g.groups[g.group[tid]]
+        if len(ranks) == 1:
+            return g.dep_ids[start:end]
+        per_rank = self._group_deps.get(tid)
         if per_rank is None:
-            per_rank = self._group_deps[task.id] = {}
-            members = set(task.ranks)
-            virtual = self.graph.virtual
-            for dep in task.deps:
-                dep_ranks = self.graph.tasks[dep].ranks
+            per_rank = self._group_deps[tid] = {}
+            members = set(ranks)
+            virtual = g.virtual
+            groups, group = g.groups, g.group
+            for dep in g.dep_ids[start:end]:
+                dep_ranks = groups[group[dep]]
                 inside = members.intersection(dep_ranks)
                 if not inside and not all(r in virtual for r in dep_ranks):
                     inside = members
@@ -175,26 +193,46 @@ class Executor:
                     per_rank.setdefault(member, []).append(dep)
         return per_rank.get(rank, ())
 
-    def _stream(self, rank: int, stream: str, tasks: list[Task]) -> Generator[Any, Any, None]:
+    def _stream(self, rank: int, stream: str, tasks: Sequence[int],
+                places: Sequence[int]) -> Generator[Any, Any, None]:
         env = self.env
+        g = self.graph
+        comm_of, duration, flops = g.comm, g.duration, g.flops
+        cursor = self._cursor[(rank, stream)]
         hang_at = self.hangs.get(rank)
         slowdown = self.slowdowns.get(rank, 1.0)
-        # Without interference or a hang nothing another process does can change how long
-        # this stream's compute takes once it may start: run the ready chain ahead.
-        ahead = hang_at is None and not self.interferes
+        # Unless the rank hangs, a stream runs its ready chain of compute tasks ahead
+        # (simtrain.engine.ahead): final without interference, tentative (re-timed when a
+        # collective starts or ends on the rank) with it.
+        fixed = hang_at is None and not self.interferes
+        chain = Tentative(rank, tasks, places, slowdown) \
+            if hang_at is None and self.interferes else None
+        if chain is not None:
+            self._chains.setdefault(rank, []).append(chain)
+        ahead = fixed or chain is not None
         if self.delays.get(rank, 0.0) > 0:
             yield env.timeout(self.delays[rank])  # a straggler starts its step late
         i, n = 0, len(tasks)
         while i < n:
-            if ahead:
-                i, until = self._chain(rank, stream, tasks, i, slowdown)
+            if fixed:
+                i, until = run_fixed(self, rank, tasks, places, i, slowdown)
                 if until > env.now:
                     yield env.at(until)
                 if i == n:
                     break
-            task = tasks[i]
-            self.position[(rank, stream)] = task
-            pending = self._pending(task, rank)
+            elif chain is not None:
+                chain.i = i
+                extend(self, chain, env.now)
+                while chain.until > env.now:  # the wake-up moves when the chain is re-timed
+                    chain.wake = env.at(chain.until)
+                    yield chain.wake
+                flush(self, chain)
+                i = chain.i
+                if i == n:
+                    break
+            tid = tasks[i]
+            cursor[0] = tid
+            pending = self._pending(tid, rank)
             if len(pending) == 1:
                 yield self._waiter(pending[0])  # the common case: no AllOf to build
             elif pending:
@@ -202,91 +240,69 @@ class Executor:
             if hang_at is not None and env.now >= hang_at:
                 self.stopped[(rank, stream)] = env.now
                 return  # a hung process issues nothing more, as with a dead NCCL rank
-            if ahead and task.comm is None:
+            is_compute = comm_of[tid] < 0
+            if ahead and is_compute:
                 continue  # its dependencies have ended: the chain runs it
-            issued = self.issue.get((task.id, rank))
+            issued = self.issue.at(places[i]) if self._issue_any else None
             if issued is not None and issued[0] > env.now:
-                yield from self._wait_host(rank, stream, task, issued[0])
-            if task.comm is None:
+                yield from self._wait_host(rank, tid, issued[0])
+            if is_compute:
                 start = env.now
-                if task.duration > 0:
-                    work = task.duration * slowdown
+                work = duration[tid]
+                if work > 0:
+                    work = work * slowdown
                     if self.interferes:
-                        yield self.sharing.run(rank, work, task.flops)
+                        yield self.sharing.run(rank, work, flops[tid])
                     else:
                         yield env.timeout(work)
-                self.timeline.record(rank, start, env.now, task.id)
+                self.timeline.record(rank, start, env.now, tid)
                 if issued is not None:
                     # The last kernel can end no earlier than its issue plus its own share.
-                    tail = issued[1] + task.duration * slowdown / task.meta.get("kernels", 1)
+                    tail = issued[1] + duration[tid] * slowdown / self._kernels(tid)
                     if tail > env.now:
-                        yield from self._wait_host(rank, stream, task, tail)
-                self._finished(task.id, env.now)
+                        yield from self._wait_host(rank, tid, tail)
+                self._finished(tid, env.now)
             else:
-                arrived = self.arrivals.setdefault(task.id, {})
+                arrived = self.arrivals.setdefault(tid, {})
                 arrived[rank] = env.now
-                if len(arrived) == self._members(task):
-                    env.process(self._communicate(task, arrived))
-                yield self._waiter(task.id)
+                if len(arrived) == self._members(tid):
+                    env.process(self._communicate(tid, arrived))
+                yield self._waiter(tid)
             i += 1
-        self.position[(rank, stream)] = None
+        cursor[0] = -1
 
-    def _chain(self, rank: int, stream: str, tasks: list[Task], i: int,
-               slowdown: float) -> tuple[int, float]:
-        """Run ``tasks[i:]`` ahead while each is compute whose dependencies have a known end:
-        record their spans and ends without a process switch per task, with the same float
-        steps SimPy would take (``now + delay``). Returns the first task not run and the time
-        the stream reaches it."""
-        now = self.env.now
-        finish, issue, waiters, at = self.finish, self.issue, self._waiters, self.env.at
-        add_rank, add_start, add_end, add_ref = self.rows
-        n = len(tasks)
-        while i < n:
-            task = tasks[i]
-            if task.comm is not None:
-                break
-            ready = now
-            for d in task.deps:  # a compute task has one rank: all its deps are its own
-                end = finish[d]
-                if end > ready:
-                    ready = end
-            if ready == math.inf:
-                break
-            now = ready
-            tid = task.id
-            issued = issue.get((tid, rank)) if issue else None
-            if issued is not None and issued[0] > now:
-                began, now = now, now + (issued[0] - now)
-                add_rank(rank), add_start(began), add_end(now), add_ref(tid * 4 + HOST_SPAN)
-            start = now
-            if task.duration > 0:
-                now = now + task.duration * slowdown
-            add_rank(rank), add_start(start), add_end(now), add_ref(tid * 4 + TASK_SPAN)
-            if issued is not None:
-                tail = issued[1] + task.duration * slowdown / task.meta.get("kernels", 1)
-                if tail > now:
-                    began, now = now, now + (tail - now)
-                    add_rank(rank), add_start(began), add_end(now), add_ref(tid * 4 + HOST_SPAN)
-            finish[tid] = now  # as _finished, inline: this loop runs once per task
-            if waiters:
-                waiter = waiters.pop(tid, None)
-                if waiter is not None:
-                    at(now, waiter)
-            i += 1
-        return i, now
+    def _retime(self, rank: int) -> None:
+        """``rank``'s collective load changed: re-time the chains run ahead on it."""
+        for chain in self._chains.get(rank, ()):
+            if chain.entries and chain.wake is not None:
+                retime(self, chain)
 
-    def _members(self, task: Task) -> int:
-        """How many ranks must arrive at ``task``: its simulated members."""
+    def _at_end(self, tid: int, when: float, event: simpy.Event) -> simpy.Event:
+        """Schedule ``event`` at task ``tid``'s end ``when``; a tentative end (in the future,
+        under interference) may move, so the event is kept to be moved with it."""
+        self.env.at(when, event)
+        if when > self.env.now and self.interferes:
+            self._moves.setdefault(tid, []).append(event)
+        return event
+
+    def _kernels(self, tid: int) -> int:
+        """How many kernels task ``tid`` launches (its meta's "kernels", default 1)."""
+        kernels: int = self._meta_kernels[self.graph.meta[tid]]
+        return kernels
+
+    def _members(self, tid: int) -> int:
+        """How many ranks must arrive at task ``tid``: its simulated members."""
+        ranks = self.graph.ranks(tid)
         if not self.graph.virtual:
-            return len(task.ranks)
-        return sum(1 for r in task.ranks if r not in self.graph.virtual)
+            return len(ranks)
+        return sum(1 for r in ranks if r not in self.graph.virtual)
 
-    def _weights(self, task: Task, flows: Sequence[tuple[Endpoint, Endpoint, float]],
+    def _weights(self, spec: CommSpec, ranks: tuple[int, ...],
+                 flows: Sequence[tuple[Endpoint, Endpoint, float]],
                  routes: Sequence[tuple[tuple[int, ...], float]]) -> list[tuple[float, ...]]:
         """Per-link multiplicity of each flow: 1 + the copies whose same flow uses the link."""
-        assert task.comm is not None
-        copies = task.comm.copies
-        index = {rank: i for i, rank in enumerate(task.ranks)}
+        copies = spec.copies
+        index = {rank: i for i, rank in enumerate(ranks)}
         route = self.fabric.route
         out = []
         for (src, dst, _nb), (path, _wire) in zip(flows, routes, strict=True):
@@ -303,12 +319,11 @@ class Executor:
             out.append(weights)
         return out
 
-    def _wait_host(self, rank: int, stream: str, task: Task,
-                   until: float) -> Generator[Any, Any, None]:
-        """The GPU waits for the host to issue ``task``'s kernels: a "host" span."""
+    def _wait_host(self, rank: int, tid: int, until: float) -> Generator[Any, Any, None]:
+        """The GPU waits for the host to issue task ``tid``'s kernels: a "host" span."""
         start = self.env.now
         yield self.env.timeout(until - start)
-        self.timeline.record_host(rank, start, self.env.now, task.id)
+        self.timeline.record_host(rank, start, self.env.now, tid)
 
     def _rate(self, work: float, flops: float, load: list[float] | None) -> float:
         """Compute progress rate under a rank's collective load (see ComputeSharing)."""
@@ -330,39 +345,40 @@ class Executor:
         return self.model.load(call.op, call.nbytes, len(call.ranks), protocol, algorithm,
                                seconds)
 
-    def _communicate(self, task: Task, arrived: dict[int, float]) -> Generator[Any, Any, None]:
+    def _communicate(self, tid: int, arrived: dict[int, float]) -> Generator[Any, Any, None]:
         env = self.env
-        assert task.comm is not None
+        spec = self.graph.comm_spec(tid)
+        assert spec is not None
+        ranks = self.graph.ranks(tid)
         start = env.now
-        self._group_deps.pop(task.id, None)  # every member has arrived: no longer asked
-        spec = task.comm
-        call = Call(spec.op, task.ranks, spec.nbytes, spec.splits)
+        self._group_deps.pop(tid, None)  # every member has arrived: no longer asked
+        call = Call(spec.op, ranks, spec.nbytes, spec.splits)
         if self.analytic:
             algorithm, protocol, seconds = self.comm.choose(call, spec.algorithm)
             load = self._load(call, algorithm, protocol, seconds)
-            self._comm_state(task.ranks, +1, load)
+            self._comm_state(ranks, +1, load)
             yield env.timeout(seconds)
         else:
             plan = self.comm.plan(call, spec.algorithm)
             algorithm, protocol = plan.algorithm, plan.protocol
             load = self._load(call, algorithm, protocol, plan.predicted_s)
-            self._comm_state(task.ranks, +1, load)
-            yield from self._flows(task, plan)
+            self._comm_state(ranks, +1, load)
+            yield from self._flows(tid, spec, ranks, plan)
         end = env.now
-        self._comm_state(task.ranks, -1, load)
-        meta = {**task.meta, "op": spec.op, "algorithm": algorithm,
-                "protocol": protocol, "group_size": len(task.ranks)}
-        for rank in task.ranks:
+        self._comm_state(ranks, -1, load)
+        meta = {**self.graph.meta_of(tid), "op": spec.op, "algorithm": algorithm,
+                "protocol": protocol, "group_size": len(ranks)}
+        for rank in ranks:
             if rank not in arrived:
                 continue  # a virtual member: mirrored, not recorded
-            self.timeline.record_comm(rank, start, end, task.id, meta, start - arrived[rank])
-        del self.arrivals[task.id]  # kept only while members wait (hang diagnosis)
-        self._finished(task.id, env.now)
+            self.timeline.record_comm(rank, start, end, tid, meta, start - arrived[rank])
+        del self.arrivals[tid]  # kept only while members wait (hang diagnosis)
+        self._finished(tid, env.now)
 
-    def _flows(self, task: Task, plan: Lowered) -> Generator[Any, Any, None]:
+    def _flows(self, tid: int, spec: CommSpec, ranks: tuple[int, ...],
+               plan: Lowered) -> Generator[Any, Any, None]:
         """Run ``plan``'s phases as flows on the network, recording each flow."""
         env = self.env
-        assert task.comm is not None
         if plan.phases and plan.launch_latency > 0:
             yield env.timeout(plan.launch_latency)
         route = self.fabric.route
@@ -371,7 +387,7 @@ class Executor:
                 yield env.timeout(phase.latency)
             routes = [(route(src, dst), nbytes * plan.wire_factor)
                       for src, dst, nbytes in phase.flows]
-            weights = self._weights(task, phase.flows, routes) if task.comm.copies else None
+            weights = self._weights(spec, ranks, phase.flows, routes) if spec.copies else None
             began = env.now
             if phase.coupled is not None:
                 merged, merged_weights, members = couple(routes, weights, phase.coupled)
@@ -383,7 +399,7 @@ class Executor:
             else:
                 finish = yield self.network.transfer_all(routes, cap, weights)
             self.timeline.record_flows(began, finish, [nb for _, nb in routes],
-                                       [path for path, _ in routes], task.id)
+                                       [path for path, _ in routes], tid)
 
     def _diagnose(self) -> str:
         """Name the ranks that stopped issuing work first, then the chain of waits behind."""

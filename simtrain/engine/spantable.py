@@ -53,13 +53,24 @@ class SpanTable:
             tasks = timeline.tasks
             assert tasks is not None, "engine spans need the graph's tasks"
             ids, inverse = np.unique(task[engine], return_inverse=True)
-            picked = [tasks[int(t)] for t in ids]
-            t_kind = np.fromiter((code.setdefault(t.kind, len(code)) for t in picked),
-                                 dtype=np.int64, count=len(picked))
-            t_bytes = np.fromiter((t.bytes for t in picked), dtype=np.float64,
-                                  count=len(picked))
-            t_flops = np.fromiter((t.flops for t in picked), dtype=np.float64,
-                                  count=len(picked))
+            graph = getattr(tasks, "graph", None)
+            if graph is not None:  # a TaskGraph's columns: no Task objects
+                kind_of = graph.codes("kind").astype(np.int64)[ids]
+                seen, at = np.unique(kind_of, return_index=True)
+                remap = np.zeros(len(graph.kinds), dtype=np.int64)
+                for c in seen[np.argsort(at)].tolist():  # codes in order of first use
+                    remap[c] = code.setdefault(graph.kinds[c], len(code))
+                t_kind = remap[kind_of]
+                t_bytes = graph.codes("nbytes")[ids]
+                t_flops = graph.codes("flops")[ids]
+            else:
+                picked = [tasks[int(t)] for t in ids]
+                t_kind = np.fromiter((code.setdefault(t.kind, len(code)) for t in picked),
+                                     dtype=np.int64, count=len(picked))
+                t_bytes = np.fromiter((t.bytes for t in picked), dtype=np.float64,
+                                      count=len(picked))
+                t_flops = np.fromiter((t.flops for t in picked), dtype=np.float64,
+                                      count=len(picked))
             sub = form[engine]
             host = sub == HOST_SPAN
             kind[engine] = np.where(host, code.setdefault("host", len(code)), t_kind[inverse])

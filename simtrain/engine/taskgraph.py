@@ -5,14 +5,23 @@ tasks (a collective or point-to-point transfer over a group of ranks, on one str
 member). Tasks on the same (rank, stream) run in the order they were added, like kernels
 launched on a CUDA stream; ``deps`` add cross-stream ordering. A task may only depend on
 tasks added before it, so the graph is acyclic by construction.
+
+The graph is held as columns (structure of arrays), not one object per task: integer
+codes into interned tables for kind, name, stream, rank group, communication spec and
+meta, floats for duration / FLOPs / bytes, and the dependencies as one CSR array. An
+explicit 512-GPU step has millions of tasks; as objects they cost ~600 bytes each, as
+columns ~80. ``tasks`` is a read-only sequence view that builds a ``Task`` per access.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from simtrain.comm.ops import CollectiveOp
 from simtrain.limits import MAX_TASKS
@@ -36,7 +45,8 @@ class CommSpec:
 
 @dataclass(slots=True)
 class Task:
-    """One unit of work. Compute tasks have one rank; communication tasks a group."""
+    """One unit of work (a view of a graph row). Compute tasks have one rank; communication
+    tasks a group."""
 
     id: int
     kind: str
@@ -59,41 +69,148 @@ class TaskGraphError(ValueError):
     """A task graph that cannot be executed (bad rank, unknown dependency, bad op)."""
 
 
-@dataclass
+class _Table(list[Any]):
+    """Interned values: ``code(v)`` is v's index, appended on first sight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookup: dict[Any, int] = {}
+
+    def code(self, value: Any) -> int:
+        code = self.lookup.get(value)
+        if code is None:
+            code = self.lookup[value] = len(self)
+            self.append(value)
+        return code
+
+
 class TaskGraph:
-    """An append-only list of tasks over ``num_ranks`` ranks."""
+    """An append-only table of tasks over ``num_ranks`` ranks (see the module docstring).
 
-    num_ranks: int
-    tasks: list[Task] = field(default_factory=list)
-    # Ranks not simulated (symmetric fidelity): they mirror simulated ranks, so a
-    # collective does not wait for them and records no spans for them.
-    virtual: set[int] = field(default_factory=set)
-    # Validated copies by the identity of the caller's sequence: the lowering hands the
-    # same object for every collective of a group, so tasks share one tuple (and the
-    # executor's per-copies link-weight cache hits across them).
-    _checked_copies: dict[int, tuple[Sequence[Sequence[int]], tuple[tuple[int, ...], ...]]] = \
-        field(default_factory=dict, repr=False)
+    ``virtual``: ranks not simulated (symmetric fidelity): they mirror simulated ranks, so
+    a collective does not wait for them and records no spans for them.
+    """
 
-    def _add(self, task: Task) -> int:
-        if len(self.tasks) >= MAX_TASKS:
+    def __init__(self, num_ranks: int, virtual: Iterable[int] = ()) -> None:
+        self.num_ranks = num_ranks
+        self.virtual: set[int] = set(virtual)
+        self.kinds, self.names, self.stream_names = _Table(), _Table(), _Table()
+        self.groups, self.comms, self.metas = _Table(), _Table(), _Table()
+        self.kind = array("I")
+        self.name = array("I")
+        self.stream = array("I")
+        self.group = array("I")  # code into ``groups`` (rank tuples)
+        self.duration = array("d")
+        self.flops = array("d")
+        self.nbytes = array("d")
+        self.comm = array("i")  # code into ``comms``, -1 for compute
+        self.meta = array("I")  # code into ``metas``
+        self.dep_start = array("q", [0])  # deps of task i: dep_ids[dep_start[i]:dep_start[i+1]]
+        self.dep_ids = array("q")
+        self._single: list[int] = []  # rank -> code of the group (rank,)
+        # Validated copies by the identity of the caller's sequence: the lowering hands the
+        # same object for every collective of a group, so tasks share one tuple (and the
+        # executor's per-copies link-weight cache hits across them).
+        self._checked_copies: dict[int, tuple[Sequence[Sequence[int]],
+                                              tuple[tuple[int, ...], ...]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def tasks(self) -> TaskList:
+        """The tasks in id order, as a read-only sequence of ``Task`` views."""
+        return TaskList(self)
+
+    # ---- reading one row ---------------------------------------------------------------
+    def task(self, i: int) -> Task:
+        """Task ``i`` as an object."""
+        c = self.comm[i]
+        return Task(i, self.kinds[self.kind[i]], self.names[self.name[i]],
+                    self.groups[self.group[i]], self.stream_names[self.stream[i]],
+                    self.duration[i], self.flops[i],
+                    self.nbytes[i], self.deps(i), None if c < 0 else self.comms[c],
+                    dict(self.metas[self.meta[i]]))
+
+    def deps(self, i: int) -> tuple[int, ...]:
+        """Ids of the tasks task ``i`` depends on."""
+        return tuple(self.dep_ids[self.dep_start[i]:self.dep_start[i + 1]])
+
+    def ranks(self, i: int) -> tuple[int, ...]:
+        return self.groups[self.group[i]]
+
+    def comm_spec(self, i: int) -> CommSpec | None:
+        c = self.comm[i]
+        return None if c < 0 else self.comms[c]
+
+    def meta_of(self, i: int) -> dict[str, Any]:
+        """Task ``i``'s meta (shared by every task with the same meta: do not mutate)."""
+        meta: dict[str, Any] = self.metas[self.meta[i]]
+        return meta
+
+    def codes(self, column: str) -> np.ndarray:
+        """A column as a numpy array (a copy)."""
+        values: array = getattr(self, column)
+        return np.frombuffer(values, dtype=values.typecode).copy() if len(values) else \
+            np.zeros(0, dtype=values.typecode)
+
+    # ---- building ----------------------------------------------------------------------
+    def _meta_code(self, meta: Mapping[str, Any] | None) -> int:
+        items = tuple(meta.items()) if meta else ()
+        try:
+            code = self.metas.lookup.get(items)
+        except TypeError:  # an unhashable value: kept as its own copy
+            self.metas.append(dict(items))
+            return len(self.metas) - 1
+        if code is None:
+            code = self.metas.lookup[items] = len(self.metas)
+            self.metas.append(dict(items))
+        return code
+
+    def _append(self, kind: str, name: str, group: int, stream: str, duration: float,
+                flops: float, nbytes: float, deps: Sequence[int], comm: int,
+                meta: Mapping[str, Any] | None) -> int:
+        tid = len(self.kind)
+        self.kind.append(self.kinds.code(kind))
+        self.name.append(self.names.code(name))
+        self.stream.append(self.stream_names.code(stream))
+        self.group.append(group)
+        self.duration.append(duration)
+        self.flops.append(flops)
+        self.nbytes.append(nbytes)
+        self.comm.append(comm)
+        self.meta.append(self._meta_code(meta))
+        self.dep_ids.extend(deps)
+        self.dep_start.append(len(self.dep_ids))
+        return tid
+
+    def _check(self, name: str, ranks: tuple[int, ...], deps: tuple[int, ...]) -> None:
+        tid = len(self.kind)
+        if tid >= MAX_TASKS:
             raise TaskGraphError(
-                f"the task graph exceeds {MAX_TASKS:,} tasks (about 600 bytes each while it is "
-                "built): use sim.granularity: layer or stage, fewer microbatches or layers, "
+                f"the task graph exceeds {MAX_TASKS:,} tasks (about 100 bytes each): use "
+                "sim.granularity: layer or stage, fewer microbatches or layers, "
                 "or sim.fidelity: symmetric")
-        for rank in task.ranks:
+        for rank in ranks:
             if not 0 <= rank < self.num_ranks:
                 raise TaskGraphError(
-                    f"task {task.name!r} uses rank {rank}, outside 0..{self.num_ranks - 1}"
+                    f"task {name!r} uses rank {rank}, outside 0..{self.num_ranks - 1}"
                 )
-        if len(set(task.ranks)) != len(task.ranks):
-            raise TaskGraphError(f"task {task.name!r} lists a rank twice: {task.ranks}")
-        for dep in task.deps:
-            if not 0 <= dep < task.id:
+        if len(set(ranks)) != len(ranks):
+            raise TaskGraphError(f"task {name!r} lists a rank twice: {ranks}")
+        for dep in deps:
+            if not 0 <= dep < tid:
                 raise TaskGraphError(
-                    f"task {task.name!r} depends on task {dep}, which was not added before it"
+                    f"task {name!r} depends on task {dep}, which was not added before it"
                 )
-        self.tasks.append(task)
-        return task.id
+
+    def _single_code(self, rank: int) -> int:
+        single = self._single
+        if rank >= len(single):
+            single.extend(-1 for _ in range(rank + 1 - len(single)))
+        if single[rank] < 0:
+            single[rank] = self.groups.code((rank,))
+        return single[rank]
 
     def compute(
         self,
@@ -114,19 +231,76 @@ class TaskGraph:
         if not (math.isfinite(flops) and math.isfinite(nbytes)):
             raise TaskGraphError(f"task {name!r} has non-finite FLOPs or bytes "
                                  f"({flops}, {nbytes})")
-        # The checks of _add for one rank, inline: a large graph adds millions of these.
-        tasks = self.tasks
-        tid = len(tasks)
-        if tid >= MAX_TASKS or not 0 <= rank < self.num_ranks:
-            return self._add(Task(tid, kind, name, (rank,), stream, duration, flops, nbytes,
-                                  tuple(deps), None, dict(meta or {})))  # raises the error
-        deps = tuple(deps)
-        if deps and not (0 <= min(deps) and max(deps) < tid):
-            return self._add(Task(tid, kind, name, (rank,), stream, duration, flops, nbytes,
-                                  deps, None, dict(meta or {})))  # raises the error
-        tasks.append(Task(tid, kind, name, (rank,), stream, duration, flops, nbytes, deps,
-                          None, dict(meta) if meta else {}))
+        deps = deps if isinstance(deps, tuple | list) else tuple(deps)
+        # The checks of _check for one rank and the appends of _append, inline: a large
+        # graph adds millions of these.
+        tid = len(self.kind)
+        if tid >= MAX_TASKS or not 0 <= rank < self.num_ranks or (
+                deps and not (0 <= min(deps) and max(deps) < tid)):
+            self._check(name, (rank,), tuple(deps))  # raises the error
+        single = self._single
+        group = single[rank] if rank < len(single) else -1
+        if group < 0:
+            group = self._single_code(rank)
+        code = self.kinds.lookup.get(kind)
+        self.kind.append(code if code is not None else self.kinds.code(kind))
+        code = self.names.lookup.get(name)
+        self.name.append(code if code is not None else self.names.code(name))
+        code = self.stream_names.lookup.get(stream)
+        self.stream.append(code if code is not None else self.stream_names.code(stream))
+        self.group.append(group)
+        self.duration.append(duration)
+        self.flops.append(flops)
+        self.nbytes.append(nbytes)
+        self.comm.append(-1)
+        self.meta.append(self._meta_code(meta))
+        if deps:
+            self.dep_ids.extend(deps)
+        self.dep_start.append(len(self.dep_ids))
         return tid
+
+    def compute_each(
+        self,
+        ranks: Sequence[int],
+        name: str,
+        durations: Sequence[float],
+        *,
+        kind: str = "compute",
+        stream: str = "compute",
+        deps: Sequence[Sequence[int]],
+        flops: Sequence[float],
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Add one compute task per rank: ``ranks[i]`` runs ``durations[i]`` seconds of
+        ``flops[i]`` after ``deps[i]``, in rank order, as ``compute`` would one by one.
+        Returns the first task's id (the others follow it)."""
+        n = len(ranks)
+        first = len(self.kind)
+        if not n:
+            return first
+        lo = min(min(d) if d else 0 for d in deps)
+        hi = max(max(d) if d else -1 for d in deps)
+        if (first + n > MAX_TASKS or min(ranks) < 0 or max(ranks) >= self.num_ranks
+                or lo < 0 or hi >= first or min(durations) < 0
+                or not all(map(math.isfinite, durations)) or not all(map(math.isfinite, flops))):
+            for r, t, d, f in zip(ranks, durations, deps, flops, strict=True):  # raises
+                self.compute(r, name, t, kind=kind, stream=stream, deps=d, flops=f, meta=meta)
+            return first
+        self.kind.extend([self.kinds.code(kind)] * n)
+        self.name.extend([self.names.code(name)] * n)
+        self.stream.extend([self.stream_names.code(stream)] * n)
+        self.group.extend([self._single_code(r) for r in ranks])
+        self.duration.extend(durations)
+        self.flops.extend(flops)
+        self.nbytes.extend([0.0] * n)
+        self.comm.extend([-1] * n)
+        self.meta.extend([self._meta_code(meta)] * n)
+        dep_ids, dep_start = self.dep_ids, self.dep_start
+        for d in deps:
+            if d:
+                dep_ids.extend(d)
+            dep_start.append(len(dep_ids))
+        return first
 
     def collective(
         self,
@@ -164,20 +338,20 @@ class TaskGraph:
             if not all(math.isfinite(x) and x >= 0 for row in matrix for x in row):
                 raise TaskGraphError(f"all_to_all_v {name!r}: splits must be finite bytes >= 0")
             nbytes = max(sum(row) for row in matrix)
-        return self._add(
-            Task(
-                id=len(self.tasks),
-                kind=kind,
-                name=name,
-                ranks=group,
-                stream=stream,
-                bytes=nbytes,
-                deps=tuple(deps),
-                comm=CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix,
-                              copies=self._copies(name, group, copies)),
-                meta=dict(meta or {}),
-            )
-        )
+        deps = tuple(deps)
+        self._check(name, group, deps)
+        checked = self._copies(name, group, copies)
+        # Specs repeat every microbatch: intern them, keyed by the copies' identity (the
+        # copies tuple can hold thousands of groups; it is kept alive by _checked_copies).
+        key = (op, nbytes, algorithm, matrix, id(checked))
+        comms = self.comms
+        code = comms.lookup.get(key)
+        if code is None:
+            code = comms.lookup[key] = len(comms)
+            comms.append(CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix,
+                                  copies=checked))
+        return self._append(kind, name, self.groups.code(group), stream, 0.0, 0.0, nbytes,
+                            deps, code, meta)
 
     def _copies(self, name: str, group: tuple[int, ...],
                 copies: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
@@ -216,12 +390,80 @@ class TaskGraph:
             algorithm="direct", copies=copies, meta=meta,
         )
 
-    def streams(self) -> dict[tuple[int, str], list[Task]]:
-        """Tasks per (rank, stream) of simulated ranks, in program order."""
-        out: dict[tuple[int, str], list[Task]] = {}
-        virtual = self.virtual
-        for task in self.tasks:
-            for rank in task.ranks:
-                if rank not in virtual:
-                    out.setdefault((rank, task.stream), []).append(task)
+    def members(self) -> tuple[np.ndarray, np.ndarray]:
+        """(task id, rank) of every task's simulated ranks, in walk order: tasks by id,
+        each task's ranks in group order (int32: an explicit 512-GPU step has 6M)."""
+        n = len(self.kind)
+        sizes = np.fromiter((len(g) for g in self.groups), dtype=np.int64, count=len(self.groups))
+        flat = np.fromiter((r for g in self.groups for r in g), dtype=np.int32,
+                           count=int(sizes.sum()))
+        group = self.codes("group")
+        count = sizes[group] if n else np.zeros(0, dtype=np.int64)
+        tid = np.repeat(np.arange(n, dtype=np.int32), count)
+        # member k of task t sits at flat[first of t's group + k]
+        where = np.arange(len(tid), dtype=np.int64)
+        where -= np.repeat(np.cumsum(count) - count - (np.cumsum(sizes) - sizes)[group], count)
+        del count, group
+        rank = flat[where] if len(tid) else np.zeros(0, dtype=np.int32)
+        del where
+        if self.virtual:
+            keep = ~np.isin(rank, np.fromiter(self.virtual, dtype=np.int32))
+            tid, rank = tid[keep], rank[keep]
+        return tid, rank
+
+    def stream_ids(self) -> dict[tuple[int, str], array]:
+        """Task ids per (rank, stream) of simulated ranks, in program order (streams in the
+        order a walk over the tasks and their ranks meets them)."""
+        return {key: ids for key, (ids, _) in self.stream_members().items()}
+
+    def stream_members(self) -> dict[tuple[int, str], tuple[array, array]]:
+        """As ``stream_ids``, with each task's member index (its place in ``members``)."""
+        tid, rank = self.members()
+        if not len(tid):
+            return {}
+        width = len(self.stream_names)
+        key = rank.astype(np.int64) * width + self.codes("stream")[tid]
+        order = np.argsort(key, kind="stable")
+        key, tid = key[order], tid[order]
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        starts = np.r_[0, cuts]
+        order_of_first = order[starts]
+        pieces = np.split(tid, cuts)
+        places = np.split(order, cuts)
+        out: dict[tuple[int, str], tuple[array, array]] = {}
+        names = self.stream_names
+        for s in np.argsort(order_of_first).tolist():  # in the order a walk meets them
+            k = int(key[starts[s]])
+            out[(k // width, names[k % width])] = (array("i", pieces[s].tobytes()),
+                                                   array("q", places[s].tobytes()))
         return out
+
+
+class TaskList(Sequence[Task]):
+    """A graph's tasks as a read-only sequence; each access builds a ``Task`` view."""
+
+    def __init__(self, graph: TaskGraph) -> None:
+        self.graph = graph
+
+    def __len__(self) -> int:
+        return len(self.graph)
+
+    @overload
+    def __getitem__(self, i: int) -> Task: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Task]: ...
+
+    def __getitem__(self, i: int | slice) -> Task | list[Task]:
+        n = len(self.graph)
+        if isinstance(i, slice):
+            return [self.graph.task(k) for k in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"task {i} out of range 0..{n - 1}")
+        return self.graph.task(i)
+
+    def __iter__(self) -> Iterator[Task]:
+        task = self.graph.task
+        return (task(i) for i in range(len(self.graph)))

@@ -95,7 +95,7 @@ def wait_for(ex: Executor) -> dict[Node, list[tuple[Node, Why]]]:
             outs += [((m, task.stream), why) for m in task.ranks
                      if m not in arrived and m not in virtual]
         else:
-            for dep_id in ex._dep_ids(task, rank):
+            for dep_id in ex._dep_ids(task.id, rank):
                 if ex.is_done(dep_id):
                     continue
                 dep = ex.graph.tasks[dep_id]

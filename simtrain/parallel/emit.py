@@ -145,20 +145,26 @@ class Emitter:
         the last microbatch's gradients of its params."""
         st, d = self.state, self.dims
         frontier, grad_ready = st.frontier, st.grad_ready
-        add = self.graph.compute
-        for r in self.stage_ranks[stage]:
-            load = 1.0
-            if k.expert:
-                load = expert_load(d.ep_index(r), k.layer, d.ep, self.imbalance,
-                                   self.capacity_factor)
-            deps = frontier.get(r, [])
-            if gather:
-                deps = deps + self.param_waits(r, k.reads)
-            tid = add(r, k.name, k.base + k.expert * load, kind=k.kind, deps=deps,
-                      flops=k.flops + k.expert_flops * load,
-                      meta=meta if k.kernels == 1 else {**meta, "kernels": k.kernels})
+        ranks = self.stage_ranks[stage]
+        deps = [frontier.get(r, []) for r in ranks]
+        if gather:
+            deps = [dep + self.param_waits(r, k.reads) for r, dep in zip(ranks, deps,
+                                                                         strict=True)]
+        if k.expert:
+            loads = [expert_load(d.ep_index(r), k.layer, d.ep, self.imbalance,
+                                 self.capacity_factor) for r in ranks]
+            durations = [k.base + k.expert * load for load in loads]
+            flops = [k.flops + k.expert_flops * load for load in loads]
+        else:  # load 1: the same sums as for an expert kernel
+            durations = [k.base + k.expert * 1.0] * len(ranks)
+            flops = [k.flops + k.expert_flops * 1.0] * len(ranks)
+        first = self.graph.compute_each(
+            ranks, k.name, durations, kind=k.kind, deps=deps, flops=flops,
+            meta=meta if k.kernels == 1 else {**meta, "kernels": k.kernels})
+        for tid, r in enumerate(ranks, start=first):
             frontier[r] = [tid]
-            if grads and k.params:
+        if grads and k.params:
+            for tid, r in enumerate(ranks, start=first):
                 for p in k.params:
                     grad_ready[(r, p)] = tid
 

@@ -38,6 +38,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from simtrain.engine.issue import IssueTimes
+
 if TYPE_CHECKING:
     from simtrain.engine.taskgraph import TaskGraph
 
@@ -45,47 +49,68 @@ if TYPE_CHECKING:
 # the GPU waits for the framework more than it would for a typical exposed collective.
 LAUNCH_BOUND_SHARE = 0.10
 
-# (task id, rank) -> (host time the task's first kernel is issued, host time its last is)
-IssueTimes = dict[tuple[int, int], tuple[float, float]]
-
 
 def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) -> IssueTimes:
-    """Host issue times of every simulated rank's tasks before its optimizer step.
+    """Host issue times of every simulated rank's tasks before its optimizer step:
+    (task id, rank) -> (host time its first kernel is issued, host time its last is).
 
     Program order is task id order; a task's kernels are ``meta["kernels"]`` (default 1);
     a task whose (microbatch, chunk, phase) differs from the previous one's opens a
     microbatch step and first costs ``microbatch_s``. The optimizer (kind "optimizer")
     follows a host-GPU synchronisation: it and the rank's later tasks get no issue time.
+    Computed on the graph's columns; each rank's clock is one sequential cumulative sum
+    (h += microbatch, then h += kernels x c), so the floats are those of a loop.
     """
     if kernel_issue_s < 0 or microbatch_s < 0:
         raise ValueError(f"host costs must be >= 0, got kernel {kernel_issue_s} s, "
                          f"microbatch {microbatch_s} s")
-    out: IssueTimes = {}
-    if kernel_issue_s == 0 and microbatch_s == 0:
-        return out
-    clock: dict[int, float] = {}
-    step_of: dict[int, tuple[object, ...]] = {}
-    synced: set[int] = set()
-    virtual = graph.virtual
-    for task in graph.tasks:
-        meta = task.meta
-        kernels = int(meta.get("kernels", 1))
-        key = (meta.get("microbatch"), meta.get("chunk"), task.kind == "forward")
-        for rank in task.ranks:
-            if rank in virtual or rank in synced:
-                continue
-            if task.kind == "optimizer":
-                synced.add(rank)
-                continue
-            h = clock.get(rank, 0.0)
-            if key[0] is not None and step_of.get(rank) != key:
-                step_of[rank] = key
-                h += microbatch_s
-            first = h + kernel_issue_s
-            h += kernels * kernel_issue_s
-            clock[rank] = h
-            out[(task.id, rank)] = (first, h)
-    return out
+    tid, rank = graph.members()
+    first = np.full(len(tid), np.nan)  # per member (task, rank) in walk order
+    last = np.full(len(tid), np.nan)
+    if kernel_issue_s == 0 and microbatch_s == 0 or not len(tid):
+        return IssueTimes(first, last, graph)
+    # per meta: (microbatch step code or -1, kernels); per kind: forward?, optimizer?
+    steps: dict[tuple[object, object], int] = {}
+    meta_step = np.empty(len(graph.metas), dtype=np.int64)
+    meta_kernels = np.empty(len(graph.metas))
+    for code, meta in enumerate(graph.metas):
+        mb = meta.get("microbatch")
+        meta_step[code] = -1 if mb is None else steps.setdefault((mb, meta.get("chunk")),
+                                                                 len(steps))
+        meta_kernels[code] = int(meta.get("kernels", 1))
+    forward = np.array([k == "forward" for k in graph.kinds], dtype=bool)
+    optimizer = np.array([k == "optimizer" for k in graph.kinds], dtype=bool)
+    order = np.argsort(rank, kind="stable")  # per rank, in task id order
+    by_rank = tid[order]
+    del tid
+    kind = graph.codes("kind")[by_rank]
+    meta = graph.codes("meta")[by_rank]
+    del by_rank
+    step = meta_step[meta]
+    key = np.where(step >= 0, step * 2 + forward[kind], -1)
+    kernels = meta_kernels[meta]
+    del step, meta
+    ranks = rank[order]
+    bounds = np.r_[0, np.flatnonzero(np.diff(ranks)) + 1, len(ranks)]
+    del ranks
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        opt = np.flatnonzero(optimizer[kind[a:b]])
+        stop = a + (int(opt[0]) if len(opt) else b - a)  # synced from the optimizer on
+        if stop == a:
+            continue
+        k = key[a:stop]
+        seen = np.where(k >= 0, np.arange(stop - a), -1)
+        prev = np.maximum.accumulate(seen)  # the last task with a step, up to each
+        before = np.r_[-1, prev[:-1]]
+        opens = (k >= 0) & ((before < 0) | (k != k[np.maximum(before, 0)]))
+        terms = np.empty(2 * (stop - a))
+        terms[0::2] = np.where(opens, microbatch_s, 0.0)
+        terms[1::2] = kernels[a:stop] * kernel_issue_s
+        clock = np.cumsum(terms)  # sequential: h += mb; h += kernels * c
+        where = order[a:stop]
+        first[where] = clock[0::2] + kernel_issue_s
+        last[where] = clock[1::2]
+    return IssueTimes(first, last, graph)
 
 
 def issue_bound_makespan(durations: Sequence[float], kernel_issue_s: float) -> float:
