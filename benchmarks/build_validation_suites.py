@@ -85,7 +85,10 @@ def model_body(key: str, shape: dict[str, Any], seq: int, *, layers: int | None 
     """(model section, needs) of a model_shapes entry; unsupported parts become fields
     simtrain rejects (so the row says what it needs) plus a needs label each."""
     needs: list[str] = []
-    gated = bool(shape.get("gated")) or "experts" in shape and "GPT" not in key
+    # Every MoE model here has gated (SwiGLU) experts, GPT-OSS included: its published
+    # 116.8B parameters need 3·h·f per expert (OpenAI gpt-oss model card, 2025; NeMo
+    # gpt_oss.py gated_linear_unit=True), as simtrain's gpt-oss-120b preset checks.
+    gated = bool(shape.get("gated")) or "experts" in shape
     body: dict[str, Any] = {
         "name": key, "family": "gpt" if key.startswith("GPT3") else "llama",
         "num_layers": layers or shape["layers"], "hidden_size": shape["hidden"],
@@ -98,6 +101,8 @@ def model_body(key: str, shape: dict[str, Any], seq: int, *, layers: int | None 
         body["num_kv_heads"] = kv
     if "ffn" in shape:
         body["ffn_hidden_size"] = shape["ffn"]
+    if key.startswith("GPT-OSS"):
+        body["bias"] = True  # biases in attention and experts (the model card; NeMo)
     if "experts" in shape:
         body.update(num_experts=shape["experts"], experts_per_token=shape["topk"])
         if "moe_ffn" in shape:

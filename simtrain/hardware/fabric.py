@@ -218,6 +218,10 @@ class FabricLayout:
         """NIC index a GPU uses: GPUs are spread evenly (DGX-2: GPUs 2k, 2k+1 share NIC k)."""
         return local * self.nics_per_node // self.gpus_per_node
 
+    def gpu_of_nic(self, k: int) -> int:
+        """The first GPU (local index) that uses NIC ``k`` (``nic_of_gpu``'s inverse)."""
+        return -(-k * self.gpus_per_node // self.nics_per_node)
+
     def switch_of_gpu(self, local: int) -> int:
         return local * self.pcie_switches // self.gpus_per_node
 
@@ -315,7 +319,15 @@ class FabricLayout:
             return self._pcie_path(sa, self.gpu(sa, ga), self.switch_of_gpu(ga),
                                    self.gpu(sb, gb), self.switch_of_gpu(gb))
         ka, kb = self.nic_of_gpu(ga), self.nic_of_gpu(gb)
-        up = self._gpu_to_nic(sa, ga, ka)
+        hop: list[str] = []
+        if ka != kb and self.fabric == "rail-optimized" and self.intra_node == "nvswitch":
+            # PXN (NCCL >= 2.12, on by default): a cross-rail send first moves over NVLink
+            # to the source server's GPU on the destination's rail, which sends it on its
+            # own NIC, so it never crosses a spine between rails (NVIDIA blog "Doubling
+            # all2all Performance with NVIDIA Collective Communication Library 2.12", 2022).
+            hop = [self.gpu(sa, ga), self.nvswitch(sa)]
+            ga, ka = self.gpu_of_nic(kb), kb
+        up = hop + self._gpu_to_nic(sa, ga, ka)
         down = self._gpu_to_nic(sb, gb, kb)[::-1]
         la, lb = self.leaf(sa, ka), self.leaf(sb, kb)
         if la == lb:

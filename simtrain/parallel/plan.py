@@ -6,12 +6,11 @@ Ranks are laid out by ``order`` from innermost to outermost; the default "tp-cp-
 (Megatron-LM, Llama 3 §3.3.2) keeps the TP group on consecutive ranks, i.e. inside one
 server when tp divides the GPUs per node. Experts are laid out over the same ranks of a
 pipeline stage by Megatron-Core's MoE parallel folding (Liu et al. 2025, arXiv:2504.14960):
-the stage's tp·cp·dp ranks, taken tp innermost then dp then cp, are re-cut as expert
-tensor parallel (``etp``, innermost), expert parallel (``ep``) and expert data parallel
-(the rest), so etp·ep must divide tp·cp·dp. With etp = tp (the default, Megatron's
-``--expert-tensor-parallel-size`` unset) an EP group is ``ep`` consecutive DP replicas
-with the same tp/cp/pp coordinates whenever ep divides dp; etp = 1 lets EP span the TP
-ranks too (DeepSeek-V3 and Qwen3 recipes).
+the stage's tp·cp·dp ranks in rank order (tp, then cp before dp as in Megatron's
+tp-cp-dp-pp) are re-cut as expert tensor parallel (``etp``, innermost), expert parallel
+(``ep``) and expert data parallel (the rest), so etp·ep must divide tp·cp·dp. With etp =
+tp (Megatron's default) and cp = 1 an EP group is ``ep`` consecutive DP replicas; etp = 1
+lets EP span the TP ranks too (DeepSeek-V3 and Qwen3 recipes).
 """
 
 from __future__ import annotations
@@ -268,21 +267,25 @@ class ParallelDims:
 
     # ---- experts (MoE parallel folding) --------------------------------------------------
     def _expert_slot(self, rank: int) -> tuple[dict[str, int], int]:
-        """(coords, index of ``rank`` among its stage's ranks taken tp, then dp, then cp)."""
-        c = self.coords(rank)
-        return c, c["tp"] + self.tp * (c["dp"] + self.dp * c["cp"])
+        """(coords, index of ``rank`` among its stage's ranks in rank order, tp innermost):
+        Megatron-Core re-reads the global ranks as tp-ep-dp-pp for its expert groups
+        (parallel_state.initialize_model_parallel), so EP takes CP before DP ranks."""
+        (inner, outer), c = self._fold, self.coords(rank)
+        return c, c["tp"] + self.tp * (c[inner] + self.size(inner) * c[outer])
+
+    @property
+    def _fold(self) -> tuple[str, str]:
+        return ("cp", "dp") if self.stride("cp") <= self.stride("dp") else ("dp", "cp")
 
     def _slot_rank(self, c: dict[str, int], slot: int) -> int:
-        tp, rest = slot % self.tp, slot // self.tp
-        return self.rank(tp=tp, dp=rest % self.dp, cp=rest // self.dp, pp=c["pp"])
+        (inner, outer), rest, n = self._fold, slot // self.tp, self.size(self._fold[0])
+        return self.rank(tp=slot % self.tp, pp=c["pp"], **{inner: rest % n, outer: rest // n})
 
     def ep_group(self, rank: int) -> tuple[int, ...]:
         """Expert-parallel group, in EP-index order: the ranks of the stage whose expert
-        slots etp_i + etp·(j + ep·edp_i) differ only in j. With etp = tp and ep | dp:
-        ``ep`` consecutive DP replicas with the same tp/cp/pp."""
-        c, slot = self._expert_slot(rank)
-        etp_i, edp_i = slot % self.etp, slot // (self.etp * self.ep)
-        return tuple(self._slot_rank(c, etp_i + self.etp * (j + self.ep * edp_i))
+        slots etp_i + etp·(j + ep·edp_i) differ only in j."""
+        (c, slot), e = self._expert_slot(rank), self.etp
+        return tuple(self._slot_rank(c, slot % e + e * (j + self.ep * (slot // (e * self.ep))))
                      for j in range(self.ep))
 
     def ep_index(self, rank: int) -> int:
@@ -291,12 +294,10 @@ class ParallelDims:
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards: same etp and EP index, every expert-data
-        index (with etp = tp: same tp/pp and EP index, over dp/ep x cp)."""
-        c, slot = self._expert_slot(rank)
-        inner = slot % (self.etp * self.ep)
-        edp = self.tp * self.cp * self.dp // (self.etp * self.ep)
-        return tuple(sorted(self._slot_rank(c, inner + self.etp * self.ep * k)
-                            for k in range(edp)))
+        index (with etp = tp: same tp/pp and EP index)."""
+        (c, slot), block = self._expert_slot(rank), self.etp * self.ep
+        return tuple(sorted(self._slot_rank(c, slot % block + block * k)
+                            for k in range(self.tp * self.cp * self.dp // block)))
 
     def split_group(self, rank: int, dims: str | Iterable[str], size: int,
                     part: Literal["block", "stride"]) -> tuple[int, ...]:

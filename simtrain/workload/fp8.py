@@ -12,8 +12,11 @@ collectives stay BF16; FP8 operands are made by cast kernels around each FP8 GEM
   (``cast_transpose``: read 2 B, write 1 B + 1 B per element) — except where the kernel
   that produces X writes FP8 itself: TE's ``LayerNormLinear``/``LayerNormMLP`` fuse the
   cast into the norm (QKV, fc1) and into the activation (fc2), under delayed scaling and
-  MXFP8 (``FUSED_INPUT_CASTS``); the weight W (n x k) is cast once per step (TE casts
-  weights on the first microbatch and caches them);
+  MXFP8 (``FUSED_INPUT_CASTS``), but not for the experts: TE's ``GroupedLinear``
+  quantises its own BF16 input (``tex.split_quantize`` over the routed tokens the
+  dispatcher delivers, and the separate activation's output before fc2); the weight
+  W (n x k) is cast once per step (TE casts weights on the first microbatch and caches
+  them);
 - dgrad (m, k, n): the output gradient dY (m x n) is cast and transposed (used by wgrad
   too); wgrad: no cast (it reuses X^T and dY^T).
 
@@ -99,7 +102,8 @@ def cast_kernels(op: Op, recipe: str, microbatches: int) -> list[float]:
     if op.name.endswith(".dgrad"):
         sizes = [m * k]  # dY: m x (forward's n), the reduction dim k of dgrad (m, k, n)
     else:
-        fused = recipe != "current" and op.name.endswith(FUSED_INPUT_CASTS)
+        fused = (recipe != "current" and op.name.endswith(FUSED_INPUT_CASTS)
+                 and op.role != "expert")
         sizes = ([] if fused else [m * k]) + [n * k / max(microbatches, 1)]
     out = [per * s for s in sizes]
     if recipe == "current":

@@ -221,6 +221,30 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
     return router, experts
 
 
+def local_expert_sort(p: str, elements: int, local_experts: int, ep: int, dt: int
+                      ) -> tuple[list[Op], list[Op]]:
+    """The dispatcher's second permutation around the local experts, ([sort], [unsort]).
+
+    After the dispatch all-to-all a rank holds its routed copies grouped by source rank;
+    with more than one local expert Megatron-Core's all-to-all dispatcher regroups them by
+    expert before the grouped GEMMs and restores the order before the combine
+    (``MoEAlltoAllTokenDispatcher``: ``sort_chunks_by_idxs`` with
+    ``sort_input_by_local_experts`` / ``restore_output_by_local_experts``, when
+    ``num_local_experts > 1``). Each is one read and one write of the ``elements`` = k·m·h
+    received values, and so is its backward (the inverse permutation of the gradient).
+    None with one local expert or without expert parallelism (the permute already sorts).
+    """
+    if local_experts <= 1 or ep <= 1:
+        return [], []
+    nbytes = float(2 * dt * elements)
+
+    def one(name: str) -> Op:
+        return Op(f"{p}.mlp.{name}", "elementwise", 0.0, nbytes, None, (), 0.0,
+                  role="expert", backward_bytes=nbytes)
+
+    return [one("sort_chunks")], [one("unsort_chunks")]
+
+
 def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard,
                window: int | None = None
                ) -> tuple[list[Item], int]:
@@ -294,7 +318,8 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
         # m with etp = t; with etp < t and SP each rank its own sequence shard).
         et = shard.expert_tp
         mr = m * et // t
-        router, experts = moe_ops(cfg, p, mr, dt, cfg.num_experts // shard.ep, et)
+        local = cfg.num_experts // shard.ep
+        router, experts = moe_ops(cfg, p, mr, dt, local, et)
         # Each rank sends its tokens' k copies: k·mr·h elements (nccl-tests size).
         k = cfg.experts_per_token
         moved = float(dt * k * mr * h)
@@ -303,8 +328,9 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
         # and after the combine their probability-weighted sum back into token order.
         permute = elementwise(f"{p}.mlp.permute", mr * h, k * mr * h, 0.0, dt)
         unpermute = elementwise(f"{p}.mlp.unpermute", k * mr * h, mr * h, 2.0 * k, dt)
-        items += [router, permute, Site(f"{p}.mlp.dispatch", "dispatch", moved), *experts,
-                  Site(f"{p}.mlp.combine", "combine", moved), unpermute]
+        sort, unsort = local_expert_sort(p, k * mr * h, local, shard.ep, dt)
+        items += [router, permute, Site(f"{p}.mlp.dispatch", "dispatch", moved), *sort,
+                  *experts, *unsort, Site(f"{p}.mlp.combine", "combine", moved), unpermute]
         if cfg.shared_expert_ffn_size:
             items += _mlp(cfg, f"{p}.mlp.shared", m, cfg.shared_expert_ffn_size // t, dt)
     else:

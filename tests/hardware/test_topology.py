@@ -90,17 +90,32 @@ def test_inter_server_same_rail_stays_under_one_leaf() -> None:
     assert c.route_bandwidth(route) == pytest.approx(50e9)
 
 
-def test_cross_rail_passes_a_spine() -> None:
+def test_cross_rail_send_relays_over_nvlink_to_the_destination_rail() -> None:
     c = cluster(preset="dgx-h100", nodes=2)
-    # Rank 0 (rail 0) -> rank 9 (server 1, GPU 1, rail 1): leaf0 -> spine -> leaf1.
-    assert kinds(c, 0, 9) == ["pcie", "ib", "ib", "ib", "ib", "pcie"]
-    node_kinds = [c.graph.nodes[n]["kind"] for n in c.path(0, 9)]
-    assert node_kinds == ["gpu", "nic", "leaf", "spine", "leaf", "nic", "gpu"]
-    # 3.0 us + 2 leaf-spine hops x 0.2 us = 3.4 us.
-    assert c.route_latency(c.route(0, 9)) == pytest.approx(3.4e-6)
-    # Spine chosen by (src + dst) % n_spines: 2 spines, (0 + 9) % 2 = 1; symmetric.
-    assert c.path(0, 9)[3] == "spine1"
-    assert c.path(9, 0)[3] == "spine1"
+    # PXN: rank 0 (rail 0) -> rank 9 (server 1, GPU 1, rail 1) goes over NVLink to server 0's
+    # GPU 1, out of its NIC (rail 1) and stays under the rail-1 leaf: no spine.
+    assert kinds(c, 0, 9) == ["nvlink", "nvlink", "pcie", "ib", "ib", "pcie"]
+    assert c.path(0, 9) == ["n0.gpu0", "n0.nvswitch", "n0.gpu1", "n0.nic1", "leaf0.rail1",
+                            "n1.nic1", "n1.gpu1"]
+    # 2 NVLink hops x 0.3 us + the same-rail 3.0 us = 3.6 us; bottleneck NDR 50 GB/s.
+    assert c.route_latency(c.route(0, 9)) == pytest.approx(3.6e-6)
+    assert c.route_bandwidth(c.route(0, 9)) == pytest.approx(50e9)
+    # The way back relays through server 1's GPU 0 (rail 0).
+    assert c.path(9, 0)[:3] == ["n1.gpu1", "n1.nvswitch", "n1.gpu0"]
+
+
+def test_cross_rail_sends_of_symmetric_copies_do_not_share_a_link() -> None:
+    c = cluster(preset="dgx-b200", nodes=4)
+    # Rank 14 -> 0 and its copy 30 -> 16 (servers 1 -> 0 and 3 -> 2, GPU 6 -> GPU 0): with
+    # PXN each leaves through its own server's rail-0 NIC, so no link carries both (they
+    # used to meet on the rail-6 leaf's uplink to spine (14 + 0) % 4 = (30 + 16) % 4 = 2).
+    assert not set(c.route(14, 0)) & set(c.route(30, 16))
+
+
+def test_fat_tree_needs_no_relay() -> None:
+    # Under a fat tree every NIC of a server shares one leaf: no rail to change, no relay.
+    c = cluster(preset="dgx-h100", nodes=2, fabric="fat-tree")
+    assert c.path(0, 9) == ["n0.gpu0", "n0.nic0", "leaf0", "n1.nic1", "n1.gpu1"]
 
 
 def test_rail_units_beyond_nodes_per_leaf_use_a_spine() -> None:
@@ -114,7 +129,7 @@ def test_dgx2_two_gpus_share_a_nic() -> None:
     c = cluster(preset="dgx-2", nodes=2)
     assert c.gpus_per_server == 16 and c.gpu_spec.name == "v100-32gb"
     # GPUs 2 and 3 of server 0 both go out through NIC 1 (k = g * 8 // 16).
-    assert c.path(2, 16)[1] == c.path(3, 16)[1] == "n0.nic1"
+    assert c.path(2, 18)[1] == c.path(3, 18)[1] == "n0.nic1"  # to server 1 GPU 2 (NIC 1)
     assert c.route_bandwidth(c.route(2, 18)) == pytest.approx(12.5e9)  # EDR 100 Gb/s
 
 
@@ -255,8 +270,9 @@ def test_16k_gpu_cluster_builds_fast() -> None:
     c = cluster(preset="dgx-h100", nodes=2048)
     assert time.process_time() - start < 5.0
     assert c.num_gpus == 16384
-    # Rank 0 (unit 0, rail 0) to rank 16383 (server 2047 = unit 63, rail 7): via a spine.
-    assert len(c.route(0, 16383)) == 6
+    # Rank 0 (unit 0, rail 0) to rank 16383 (server 2047 = unit 63, rail 7): NVLink to GPU 7
+    # (PXN), then rail 7 across units via a spine: 2 + 6 links.
+    assert len(c.route(0, 16383)) == 8
     start = time.process_time()
     for r in range(0, 16384, 16):
         c.route(r, 16383 - r)

@@ -160,10 +160,25 @@ def test_etp_one_folds_the_tp_ranks_into_expert_parallelism():
     d = ParallelDims(tp=2, dp=4, ep=8, etp=1, sp=True)
     assert d.ep_group(3) == tuple(range(8)) and d.ep_index(5) == 5
     assert d.expert_dp_group(5) == (5,)
-    # EP spanning CP: tp 2, cp 2, dp 2 (rank = tp + 2·(cp + 2·dp)), etp 2, ep 4: slots
-    # tp + 2·(dp + 2·cp) -> rank 0's group is dp 0/1 x cp 0/1 in slot order: 0, 4, 2, 6.
+    # EP spanning CP: tp 2, cp 2, dp 2 (rank = tp + 2·(cp + 2·dp)), etp 2, ep 4: Megatron
+    # re-reads the ranks in order, slots = ranks: rank 0's group is 0, 2, 4, 6 (cp 0/1 of
+    # dp 0, then of dp 1), and rank 4 (cp 0, dp 1) is EP index 2.
     e = ParallelDims(tp=2, cp=2, dp=2, ep=4)
-    assert e.ep_group(0) == (0, 4, 2, 6) and e.ep_index(2) == 2
+    assert e.ep_group(0) == (0, 2, 4, 6) and e.ep_index(4) == 2
+
+
+def test_expert_parallelism_takes_the_cp_ranks_before_the_dp_ones():
+    from simtrain.parallel.plan import ParallelDims
+    # Megatron-Core (tp-cp-dp-pp; expert groups from the ranks read as tp-ep-dp-pp): tp 2,
+    # cp 2, dp 2, ep 2: rank 0's EP group is (0, 2), its CP peer, not its DP peer 4; rank 0's
+    # expert data-parallel group is the ranks with the same tp and EP index: 0 and 4.
+    d = ParallelDims(tp=2, cp=2, dp=2, ep=2, order="tp-cp-dp-pp")
+    assert d.ep_group(0) == (0, 2) and d.ep_group(5) == (5, 7)
+    assert d.expert_dp_group(0) == (0, 4)
+    # With dp inside cp in the rank order (tp-dp-cp-pp: rank = tp + 2·(dp + 2·cp)) the inner
+    # one is again first: rank 0's EP group is its DP peer, rank 2.
+    f = ParallelDims(tp=2, cp=2, dp=2, ep=2, order="tp-dp-cp-pp")
+    assert f.ep_group(0) == (0, 2) and f.coords(2)["dp"] == 1
 
 
 @pytest.mark.parametrize(("kwargs", "says"), [

@@ -125,3 +125,15 @@ def test_fp8_speedup_of_a_llama3_70b_layer_is_in_the_measured_range() -> None:
     assert current > delayed  # the amax pass costs
     # FP8 weight copies (2 B per GEMM weight) join the memory breakdown.
     assert summary["memory_breakdown"]["fp8_weights"] > 0
+
+
+def test_expert_gemms_cast_their_own_inputs() -> None:
+    # TE's GroupedLinear quantises the routed BF16 tokens itself: an expert fc1 of 16
+    # groups of (m, n, k) = (8, 4, 2), 2 microbatches, MXFP8 (4 + 2/32 B per element):
+    # X 16·8·2 = 256 elements -> 1040 B, W 16·4·2 / 2 = 64 elements -> 260 B. The dense
+    # fc1 of the same name (its input written in FP8 by the fused norm) casts only W.
+    dense = _gemm("layers.0.mlp.fc1", 8, 4, 2)
+    expert = Op(dense.name, "gemm", dense.flops * 16, dense.bytes * 16, (8, 4, 2), (), 0.0,
+                role="expert", groups=16)
+    assert cast_kernels(expert, "mxfp8", 2) == [1040.0, 260.0]
+    assert cast_kernels(dense, "mxfp8", 2) == [4.0625 * 4.0]

@@ -171,3 +171,30 @@ def test_token_permutation_kernels_move_the_routed_copies():
     assert ops["layers.0.mlp.permute"].bytes == 2 * (64 * 256 + 2 * 64 * 256) == 98_304
     assert ops["layers.0.mlp.unpermute"].bytes == 98_304
     assert ops["layers.0.mlp.permute"].role is None  # on the source tokens, not the load
+
+
+def test_local_expert_sort_by_hand():
+    from simtrain.workload.layers import local_expert_sort
+    # Qwen3-30B-A3B on 8-way EP, one 4096-token micro-batch: k·m·h = 8·4096·2048 =
+    # 67,108,864 received bf16 values; one read and one write: 2·2·67,108,864 =
+    # 268,435,456 bytes, the same again in backward (the inverse permutation).
+    sort, unsort = local_expert_sort("layers.0", 8 * 4096 * 2048, 16, 8, 2)
+    assert [op.name for op in sort + unsort] == ["layers.0.mlp.sort_chunks",
+                                                  "layers.0.mlp.unsort_chunks"]
+    for op in sort + unsort:
+        assert op.bytes == op.backward_bytes == 268_435_456
+        assert op.role == "expert"  # on the rank's routed copies: scales with its load
+    # One local expert (Mixtral 8x7B on EP 8) or no EP: the first permute already sorts.
+    assert local_expert_sort("layers.0", 1024, 1, 8, 2) == ([], [])
+    assert local_expert_sort("layers.0", 1024, 16, 1, 2) == ([], [])
+
+
+def test_the_sort_wraps_the_local_experts_in_a_layer():
+    from simtrain.workload.layers import Shard, block
+    cfg = ModelConfig.from_preset("tiny-moe", num_layers=1)
+    names = [getattr(i, "name", "") for i in block(cfg, 0, 1, 64, 2, Shard(ep=2)).items]
+    # 4 experts on EP 2: 2 local experts, sorted after the dispatch, restored before combine.
+    at = names.index
+    assert at("layers.0.mlp.dispatch") < at("layers.0.mlp.sort_chunks") < at("layers.0.mlp.fc1")
+    assert at("layers.0.mlp.fc2") < at("layers.0.mlp.unsort_chunks") < at("layers.0.mlp.combine")
+    assert "layers.0.mlp.sort_chunks" not in _ops(cfg)  # no EP: no second permutation
