@@ -344,3 +344,15 @@ def test_cli_calibrate_fix_option(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["calibrate", "--dir", str(directory), "--suite", "synthetic",
                               "--fix", "memory_efficiency=fast"])
     assert bad.exit_code == 2 and "expected NAME=VALUE" in " ".join(bad.output.split())
+
+
+def test_cli_calibrate_arch_filter_names_the_missing_architecture(tmp_path: Path) -> None:
+    # One A100 row (dgx-a100): --arch hopper leaves nothing to fit, said in one line, exit 2.
+    draft = {"suite": "one", "flops": "mcore-2024-model", "base": BASE,
+             "rows": [{**ROWS[0], "published": {"iteration_time_ms": 1.0}}]}
+    (tmp_path / "one.yaml").write_text(json.dumps(draft))
+    result = runner.invoke(app, ["calibrate", "--dir", str(tmp_path), "--suite", "one",
+                                 "--arch", "hopper", "-q"])
+    assert result.exit_code == 2, result.output
+    assert ("--arch 'hopper': no row of these suites runs on it (architectures present: "
+            "ampere)") in " ".join(result.output.split())
