@@ -26,6 +26,7 @@ EPILOG = (
     "  simtrain calibrate --suite mcore-2024-h100 --suite mcore-moe-mixtral "
     "--param gemm_efficiency --jobs 2\n\n"
     "  simtrain calibrate --dir my_runs/ --suite my-cluster --write compute.yaml\n\n"
+    "  simtrain calibrate --suite megatron-2020 --arch volta --arch ampere\n\n"
     "Fits one value per parameter and GPU architecture by least squares on log(simulated / "
     "measured step time) over a training split of suites, and reports the error on the "
     "held-out suites beside it; see docs/validation.md. Needs scipy (pip install "
@@ -56,6 +57,9 @@ def calibrate(
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=0,
                                       help="simulate rows in this many processes (0: one "
                                            "per CPU)")] = 0,
+    arch: Annotated[list[str] | None, typer.Option(
+        "--arch", help="fit only these GPU architectures (volta, ampere, hopper, ...); "
+                       "repeat (default: every architecture the rows run on)")] = None,
     max_evaluations: Annotated[int, typer.Option(
         "--max-evaluations", min=2, help="cap on evaluations of each architecture's "
                                          "training rows")] = 12,
@@ -107,6 +111,8 @@ def calibrate(
         obs = observations(suites, directory, skipped=skipped,
                            skip_unexpressible=suite is None if skip_unexpressible is None
                            else skip_unexpressible)
+        if arch:
+            obs = _of_archs(obs, arch)
         if not obs:
             raise ValueError(f"no expressible rows in {', '.join(suites)}")
         fits = _run(obs, names, fixed, holdout, jobs or os.cpu_count() or 1, max_evaluations,
@@ -128,6 +134,16 @@ def calibrate(
     if failed:
         problems = "; ".join(f"{f.arch}: {p}" for f in failed for p in f.problems)
         raise fail(f"fit failed, nothing written: {problems}", code=1)
+
+
+def _of_archs(obs: list[Any], archs: list[str]) -> list[Any]:
+    """The observations on ``archs``; ValueError naming an architecture no row runs on."""
+    present = sorted({o.arch for o in obs})
+    missing = [a for a in archs if a not in present]
+    if missing:
+        raise ValueError(f"--arch {missing[0]!r}: no row of these suites runs on it "
+                         f"(architectures present: {', '.join(present)})")
+    return [o for o in obs if o.arch in archs]
 
 
 def _run(obs: list[Any], names: list[str], fixed: dict[str, float],

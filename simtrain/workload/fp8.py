@@ -73,7 +73,7 @@ def check_fp8(arch: str, gpu_name: str, recipe: str) -> None:
 
 def runs_in_fp8(op: Op) -> bool:
     """Whether ``op`` (or its dgrad/wgrad) is an FP8 GEMM under FP8 training."""
-    if op.kind != "gemm":
+    if op.kind != "gemm" or op.role == "core_attention":  # standard attention's bmm: BF16
         return False
     base = op.name.removesuffix(".dgrad").removesuffix(".wgrad")
     return not base.endswith(BF16_GEMMS)

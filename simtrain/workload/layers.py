@@ -160,11 +160,14 @@ def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int
     kernel (``flash_attention``) over the ``attended_keys`` of a sliding ``window``
     (a flash kernel skips the key blocks outside it; standard kernels compute and mask
     every score, so the window does not shorten them). Standard (Megatron 2020): scores =
-    QKᵀ as one batched GEMM (b·heads·sq, sk, d), fused scale-mask-softmax over the
-    E = b·heads·sq·sk scores (read and write, output saved), dropout (writes a 1-byte
-    mask) when the model has dropout, context = PV as a batched GEMM (b·heads·sq, d, sk):
-    the same 4·b·sq·sk·q FLOPs, plus ~4·E·dt bytes of traffic. Every kernel has the
-    "core_attention" role.
+    QKᵀ as one batched GEMM (``torch.baddbmm``) of b·heads problems (sq, sk, d), fused
+    scale-mask-softmax over the E = b·heads·sq·sk scores (read and write, output saved),
+    dropout (writes a 1-byte mask) when the model has dropout, context = PV
+    (``torch.bmm``) of b·heads problems (sq, d, sk): the same 4·b·sq·sk·q FLOPs, plus
+    ~4·E·dt bytes of traffic. A batched GEMM is one kernel over its problems' tiles
+    (``Op.groups`` = b·heads), so its backward's second GEMM (dK = dSᵀQ, dV = PᵀdO) is
+    b·heads problems (sk, d, sq), not one GEMM of sk x d outputs reducing over every
+    head's queries. Every kernel has the "core_attention" role.
     """
     if cfg.attention_kernel == "flash":
         keys = sk if window is None else attended_keys(sk, window)
@@ -173,17 +176,18 @@ def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int
     rows, e = b * heads * sq, b * heads * sq * sk
     core: Literal["core_attention"] = "core_attention"
     # Batched GEMMs read Q (K, V) per head: K and V are shared by q/kv query heads (GQA).
+    batch = b * heads
     ops = [Op(f"{p}.attn.scores", "gemm", 2.0 * rows * sk * d,
-              float(dt * (m * q + b * sk * kv + e)), (rows, sk, d), (),
-              float(dt * m * (q + kv)), role=core),
+              float(dt * (m * q + b * sk * kv + e)), (sq, sk, d), (),
+              float(dt * m * (q + kv)), role=core, groups=batch),
            Op(f"{p}.attn.softmax", "softmax", SOFTMAX_FLOPS * e, float(2 * dt * e), None, (),
               float(dt * e), role=core)]
     if cfg.dropout_masks:  # reads and writes the scores, writes (and saves) a byte mask
         ops.append(Op(f"{p}.attn.dropout", "elementwise", ADD_FLOPS * e,
                       float(2 * dt * e + e), None, (), float(e), role=core))
     ops.append(Op(f"{p}.attn.context", "gemm", 2.0 * rows * d * sk,
-                  float(dt * (e + b * sk * kv + m * q)), (rows, d, sk), (),
-                  float(dt * (e + b * sk * kv)), role=core))
+                  float(dt * (e + b * sk * kv + m * q)), (sq, d, sk), (),
+                  float(dt * (e + b * sk * kv)), role=core, groups=batch))
     return ops
 
 

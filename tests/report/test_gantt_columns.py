@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # d342ed2, before the columns: the columnar code drew it identically); rewritten when the
 # physical host/GEMM model moved pp_1f1b's timeline (its golden summary moved with it), and
 # again when compute/communication interference became the default and when the loss
-# became its unfused fp32 kernels (1 Dec).
+# became its unfused fp32 kernels (1 Dec), and when the GEMM k-loop kept only the tile's
+# fill latency and Ampere's GEMM ceiling was refitted (1 Dec, evening).
 # Regenerate only for a change meant to alter the chart or the scenario's timeline.
 REFERENCE = ROOT / "tests/report/data/gantt_pp_1f1b_traces.json.gz"
 

@@ -64,12 +64,12 @@ def test_cast_bytes_by_hand() -> None:
 
 def test_fp8_op_time_by_hand() -> None:
     # proj (1280, 1280, 4096): 100 tiles = one wave on 100 SMs. FP8 per SM 2e13 FLOP/s:
-    # k0 = (0.5 + 1.6384) us · 2e13 / 32768 = 1305.2 -> k-share 4096 / 5401.2 = 0.75835.
-    # GEMM: 1.3422e10 FLOP / (2e15 · 0.7 · 0.75835) = 12.642 us; its FP8 operand bytes
+    # k0 = 0.5 us · 2e13 / 32768 = 305.18 -> k-share 4096 / 4401.18 = 0.93066.
+    # GEMM: 1.3422e10 FLOP / (2e15 · 0.7 · 0.93066) = 10.301 us; its FP8 operand bytes
     # (1280·4096 + 1280·4096 + 2·1280²) = 13.763 MB / 2e12 = 6.88 us: compute bound.
     # Casts, 1 microbatch: X and W, 1280·4096 x 4 B = 20.97 MB each / 2e12 = 10.486 us.
     op = _gemm("layers.0.attn.proj", 1280, 1280, 4096)
-    gemm = 1.34217728e10 / (2e15 * 0.7 * (4096 / (4096 + 2.1384e-6 * 2e13 / 32768)))
+    gemm = 1.34217728e10 / (2e15 * 0.7 * (4096 / (4096 + 0.5e-6 * 2e13 / 32768)))
     assert fp8_op_time(op, FakeGPU(), CFG, "delayed", 1) == pytest.approx(
         gemm + 2 * 1280 * 4096 * 4 / 2e12, rel=1e-4)
 

@@ -241,15 +241,21 @@ def test_standard_attention_kernels_by_hand() -> None:
     layer = lower_model(cfg, micro_batch_size=2, seq_len=16)[1]
     ops = {op.name.rsplit(".", 1)[-1]: op for op in layer.ops}
     assert "core" not in ops
-    # scores = QKᵀ: batched (b·a·s, s, d) = (128, 16, 16): 2·128·16·16 = 65,536 FLOPs.
-    assert ops["scores"].kind == "gemm" and ops["scores"].gemm_shape == (128, 16, 16)
-    assert ops["scores"].flops == 65_536
+    # scores = QKᵀ: b·a = 8 batched problems (s, s, d) = (16, 16, 16): 8·2·16·16·16 =
+    # 65,536 FLOPs.
+    assert ops["scores"].kind == "gemm" and ops["scores"].gemm_shape == (16, 16, 16)
+    assert ops["scores"].groups == 8 and ops["scores"].flops == 65_536
     # reads Q (32·64) and K (2·16·64) and writes E scores, 2 bytes each: 2·(2048+2048+2048).
     assert ops["scores"].bytes == 2 * (2048 + 2048 + 2048)
     # softmax reads and writes E in fp16: 4·2048 bytes; dropout also writes a 1-byte mask.
     assert ops["softmax"].bytes == 4 * 2048 and ops["dropout"].bytes == 5 * 2048
-    # context = PV: (128, 16, 16) the other way round, the same 65,536 FLOPs.
-    assert ops["context"].gemm_shape == (128, 16, 16) and ops["context"].flops == 65_536
+    # context = PV: 8 problems (s, d, s) = (16, 16, 16), the same 65,536 FLOPs.
+    assert ops["context"].gemm_shape == (16, 16, 16) and ops["context"].groups == 8
+    assert ops["context"].flops == 65_536
+    # The backward's second GEMM of each is batched too: 8 problems (sk, d, sq), not one
+    # (16, 16, 128) GEMM reducing over every head's queries.
+    assert [(g.gemm_shape, g.groups) for g in backward_ops(ops["scores"])] == [
+        ((16, 16, 16), 8), ((16, 16, 16), 8)]
     # Same attention FLOPs as the fused kernel: 4·b·s·s·h = 4·2·16·16·64 = 131,072.
     flash = {op.name: op for op in lower_model(_small_gpt(), 2, 16)[1].ops}
     assert flash["layers.0.attn.core"].flops == ops["scores"].flops + ops["context"].flops
