@@ -306,7 +306,16 @@ class FabricLayout:
 
     # ---- routing -------------------------------------------------------------------
     def path(self, src: int, dst: int) -> list[str]:
-        """Node names from GPU rank ``src`` to GPU rank ``dst`` (src != dst)."""
+        """Node names from GPU rank ``src`` to GPU rank ``dst`` (src != dst).
+
+        Between NVSwitch servers, traffic to a GPU on another rail (NIC index) first
+        crosses NVLink to the source server's GPU on the destination's rail and leaves
+        through that GPU's NIC, so it never crosses rails in the network: NCCL's PXN, on
+        by default since NCCL 2.12 for send/recv and all-to-all (NCCL_PXN_DISABLE=0,
+        NCCL_P2P_PXN_LEVEL=2: "always use PXN"; NVIDIA blog "Doubling all2all Performance
+        with NVIDIA Collective Communication Library 2.12", 2022). Without it, a regular
+        layout's cross-rail flows all pick one spine by the fixed rule below.
+        """
         sa, ga = divmod(src, self.gpus_per_node)
         sb, gb = divmod(dst, self.gpus_per_node)
         if sa == sb:
@@ -315,7 +324,13 @@ class FabricLayout:
             return self._pcie_path(sa, self.gpu(sa, ga), self.switch_of_gpu(ga),
                                    self.gpu(sb, gb), self.switch_of_gpu(gb))
         ka, kb = self.nic_of_gpu(ga), self.nic_of_gpu(gb)
-        up = self._gpu_to_nic(sa, ga, ka)
+        if ka != kb and self.intra_node == "nvswitch":
+            # PXN: cross the rails inside the server, over NVLink to the GPU on the
+            # destination's rail, then out through that GPU's NIC (see the docstring).
+            up = [self.gpu(sa, ga), self.nvswitch(sa), *self._gpu_to_nic(sa, gb, kb)]
+            ka = kb
+        else:
+            up = self._gpu_to_nic(sa, ga, ka)
         down = self._gpu_to_nic(sb, gb, kb)[::-1]
         la, lb = self.leaf(sa, ka), self.leaf(sb, kb)
         if la == lb:

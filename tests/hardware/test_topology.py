@@ -90,17 +90,40 @@ def test_inter_server_same_rail_stays_under_one_leaf() -> None:
     assert c.route_bandwidth(route) == pytest.approx(50e9)
 
 
-def test_cross_rail_passes_a_spine() -> None:
+def test_cross_rail_crosses_nvlink_to_the_destination_rail() -> None:
     c = cluster(preset="dgx-h100", nodes=2)
-    # Rank 0 (rail 0) -> rank 9 (server 1, GPU 1, rail 1): leaf0 -> spine -> leaf1.
-    assert kinds(c, 0, 9) == ["pcie", "ib", "ib", "ib", "ib", "pcie"]
-    node_kinds = [c.graph.nodes[n]["kind"] for n in c.path(0, 9)]
-    assert node_kinds == ["gpu", "nic", "leaf", "spine", "leaf", "nic", "gpu"]
-    # 3.0 us + 2 leaf-spine hops x 0.2 us = 3.4 us.
-    assert c.route_latency(c.route(0, 9)) == pytest.approx(3.4e-6)
-    # Spine chosen by (src + dst) % n_spines: 2 spines, (0 + 9) % 2 = 1; symmetric.
-    assert c.path(0, 9)[3] == "spine1"
-    assert c.path(9, 0)[3] == "spine1"
+    # Rank 0 (rail 0) -> rank 9 (server 1, GPU 1, rail 1), NCCL's PXN: NVLink to server
+    # 0's GPU 1, out through its NIC 1, one rail-1 leaf, no spine.
+    assert kinds(c, 0, 9) == ["nvlink", "nvlink", "pcie", "ib", "ib", "pcie"]
+    assert c.path(0, 9) == ["n0.gpu0", "n0.nvswitch", "n0.gpu1", "n0.nic1", "leaf0.rail1",
+                            "n1.nic1", "n1.gpu1"]
+    # 2 NVLink hops x 0.3 us + 3.0 us (pcie 0.5 + nic 1.0 + nic 1.0 + pcie 0.5) = 3.6 us.
+    assert c.route_latency(c.route(0, 9)) == pytest.approx(3.6e-6)
+    # The reverse relays on the sender's side too: server 1's GPU 0, rail 0.
+    assert c.path(9, 0)[2:5] == ["n1.gpu0", "n1.nic0", "leaf0.rail0"]
+
+
+def test_cp_ring_cross_rail_hops_do_not_share_network_links() -> None:
+    # The CP rings of tp 4, cp 4 over two DGX H100 (Megatron order tp-cp-dp): ring t is
+    # ranks t, 4+t, 8+t, 12+t; its server-crossing hops 4+t -> 8+t and 12+t -> t go from
+    # GPU 4+t to GPU t of the other server. With PXN each leaves through NIC t (rail t) and
+    # no IB link carries two of the 8 hops, so each runs at one NIC's 50 GB/s; without it
+    # (the old routing) the spine rule (src + dst) % 2 put all 8 on spine 0.
+    c = cluster(preset="dgx-h100", nodes=2)
+    hops = [(4 + t, 8 + t) for t in range(4)] + [(12 + t, t) for t in range(4)]
+    ib = [{i for i in c.route(a, b) if c.links[i].kind == "ib"} for a, b in hops]
+    assert all(len(links) == 2 for links in ib)  # NIC -> leaf -> NIC: no spine
+    assert len(set().union(*ib)) == 2 * len(hops)
+    assert all(c.route_bandwidth(c.route(a, b)) == pytest.approx(50e9) for a, b in hops)
+
+
+def test_cross_unit_spine_follows_the_fixed_rule() -> None:
+    c = cluster(preset="dgx-h100", nodes=4, nodes_per_leaf=2)
+    # Rank 0 (unit 0) -> rank 17 (server 2, unit 1, rail 1): relayed onto rail 1, then
+    # leaf0.rail1 -> spine -> leaf1.rail1; spine (0 + 17) % spines; symmetric rule.
+    spines = sum(1 for n, d in c.graph.nodes(data=True) if d["kind"] == "spine")
+    assert c.path(0, 17)[4:7] == ["leaf0.rail1", f"spine{17 % spines}", "leaf1.rail1"]
+    assert c.path(17, 0)[5] == f"spine{17 % spines}"
 
 
 def test_rail_units_beyond_nodes_per_leaf_use_a_spine() -> None:
@@ -114,7 +137,7 @@ def test_dgx2_two_gpus_share_a_nic() -> None:
     c = cluster(preset="dgx-2", nodes=2)
     assert c.gpus_per_server == 16 and c.gpu_spec.name == "v100-32gb"
     # GPUs 2 and 3 of server 0 both go out through NIC 1 (k = g * 8 // 16).
-    assert c.path(2, 16)[1] == c.path(3, 16)[1] == "n0.nic1"
+    assert c.path(2, 18)[1] == c.path(3, 18)[1] == "n0.nic1"
     assert c.route_bandwidth(c.route(2, 18)) == pytest.approx(12.5e9)  # EDR 100 Gb/s
 
 
@@ -153,8 +176,10 @@ def test_oversubscription_halves_leaf_uplink_capacity() -> None:
 def test_fat_tree_groups_servers_per_leaf() -> None:
     c = cluster(preset="dgx-a100", nodes=4, fabric="fat-tree", nodes_per_leaf=2,
                 oversubscription=2.0)
-    # Same leaf (servers 0, 1): any NIC pair stays under leaf0, even cross "rail".
-    assert kinds(c, 0, 9) == ["pcie", "ib", "ib", "pcie"]
+    # Same leaf (servers 0, 1): any NIC pair stays under leaf0, even cross "rail" (which
+    # PXN relays over NVLink onto NIC 1 first).
+    assert kinds(c, 0, 9) == ["nvlink", "nvlink", "pcie", "ib", "ib", "pcie"]
+    assert kinds(c, 1, 9) == ["pcie", "ib", "ib", "pcie"]
     assert "spine" in {c.graph.nodes[n]["kind"] for n in c.path(0, 16)}
     # Leaf has 2 servers x 8 NICs = 16 x 25 GB/s = 400 GB/s down -> 200 GB/s up over
     # ceil(16 / 2) = 8 spines of 25 GB/s each.
@@ -254,8 +279,9 @@ def test_16k_gpu_cluster_builds_fast() -> None:
     c = cluster(preset="dgx-h100", nodes=2048)
     assert time.perf_counter() - start < 5.0
     assert c.num_gpus == 16384
-    # Rank 0 (unit 0, rail 0) to rank 16383 (server 2047 = unit 63, rail 7): via a spine.
-    assert len(c.route(0, 16383)) == 6
+    # Rank 0 (unit 0, rail 0) to rank 16383 (server 2047 = unit 63, rail 7): NVLink to
+    # GPU 7 (PXN, 2 links), then via a spine (6 links).
+    assert len(c.route(0, 16383)) == 8
     start = time.perf_counter()
     for r in range(0, 16384, 16):
         c.route(r, 16383 - r)
