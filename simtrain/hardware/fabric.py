@@ -310,7 +310,17 @@ class FabricLayout:
 
     # ---- routing -------------------------------------------------------------------
     def path(self, src: int, dst: int) -> list[str]:
-        """Node names from GPU rank ``src`` to GPU rank ``dst`` (src != dst)."""
+        """Node names from GPU rank ``src`` to GPU rank ``dst`` (src != dst).
+
+        Between NVSwitch servers of a rail-optimized fabric, traffic to a GPU on another
+        rail (NIC index) first crosses NVLink to the source server's GPU on the
+        destination's rail and leaves through that GPU's NIC, so it never crosses rails in
+        the network (under a fat tree every NIC shares a leaf: no relay): NCCL's PXN, on
+        by default since NCCL 2.12 for send/recv and all-to-all (NCCL_PXN_DISABLE=0,
+        NCCL_P2P_PXN_LEVEL=2: "always use PXN"; NVIDIA blog "Doubling all2all Performance
+        with NVIDIA Collective Communication Library 2.12", 2022). Without it, a regular
+        layout's cross-rail flows all pick one spine by the fixed rule below.
+        """
         sa, ga = divmod(src, self.gpus_per_node)
         sb, gb = divmod(dst, self.gpus_per_node)
         if sa == sb:

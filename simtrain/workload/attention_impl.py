@@ -3,8 +3,8 @@
 ``compute.attention_impl``:
 
 - ``default``: the per-architecture ``ATTENTION_EFFICIENCY`` of ``simtrain.workload.compute``
-  (on Hopper between cuDNN/FlashAttention-3 and FlashAttention-2: what Transformer Engine
-  runs under Megatron-Core and NeMo);
+  (on Hopper 0.339, FA2's best case, 335 of 989 TFLOP/s, which NeMo's long-sequence H100
+  table implies for its Transformer Engine stack at every length from 4k to 1M);
 - ``fa2``: the FlashAttention-2 kernels PyTorch's ``scaled_dot_product_attention`` runs
   through its flash backend (``aten._scaled_dot_product_flash_attention``, the FA2 sources
   vendored in PyTorch; FlashAttention-3's Hopper kernels are not in PyTorch's SDPA at
@@ -19,8 +19,11 @@ FA2's efficiency (Dao 2023, "FlashAttention-2", Sec. 4.1): forward + backward re
 (Shah et al. 2024, "FlashAttention-3", Sec. 1: FA2 "achieves only 35% utilization on
 H100"). simtrain's Ampere default, 0.60, is FA2 at training shapes (the 0.72 is the best
 case); Hopper keeps the same ratio to its best case: 0.60 · (335/989) / (225/312) = 0.282.
-Range on H100: 0.25 (short sequences) to 0.34 (the paper's best). Other architectures
-have no FA2 figure here: set ``compute.attention_efficiency`` for them.
+Range on H100: 0.25 (short sequences) to 0.34 (the paper's best). So on Hopper ``fa2``
+(0.282, FA2 at training shapes) sits below the default (0.339, FA2's best case): the two
+come from different evidence (torchtitan's 8k-token rows, NeMo's long-sequence rows), and
+simtrain has no efficiency that grows with sequence length to join them. Other
+architectures have no FA2 figure here: set ``compute.attention_efficiency`` for them.
 """
 
 from __future__ import annotations

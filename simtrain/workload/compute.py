@@ -49,10 +49,16 @@ from simtrain.workload.model import OP_KINDS, Op
 GEMM_EFFICIENCY: dict[str, float] = {
     "volta": 0.7696, "ampere": 0.6971, "hopper": 0.8156, "blackwell": 0.75, "cdna3": 0.60,
 }
-# Fraction of dense peak a fused attention kernel reaches on its (executed) FLOPs.
-# FlashAttention-2 forward reaches 50-73% of peak on A100 (Dao 2023, "FlashAttention-2",
-# abstract and Sec. 4.1); FlashAttention-3 reaches up to 75% on H100 in FP16 (Shah et al.
-# 2024, abstract) while FA2 on H100 reaches ~35-40%; 0.55 sits between cuDNN/FA3 and FA2.
+# Fraction of dense peak a fused attention kernel reaches on its (executed) FLOPs, fwd+bwd.
+# Executed FLOPs as the FlashAttention benchmarks count them: causal pairs halved, the
+# backward 2.5x the forward (``backward_ops``). FlashAttention-2 forward reaches 50-73% of
+# peak on A100 (Dao 2023, "FlashAttention-2", abstract and Sec. 4.1). Hopper: FA2 reaches
+# "up to 335 TFLOPs/s" forward+backward on H100 (Dao 2023, Sec. 4.1, Fig. 7; no TMA or
+# wgmma), 335/989 = 0.339: the class of kernel the H100 suites' stacks ran (PyTorch SDPA's
+# flash backend is FA2; NeMo's long-sequence table, attention 84-98% of its FLOPs from 128k
+# tokens on, implies 0.32 at every length from 4k to 1M, docs/validation.md). Hopper-native
+# kernels go further, FlashAttention-3 up to 75% forward in BF16 (Shah et al. 2024,
+# abstract): set compute.attention_efficiency (range 0.30-0.75) for such a stack.
 # Volta has no FlashAttention-2 kernels (memory-efficient attention is much slower).
 # Blackwell 0.42: measured, from NeMo's B200 long-sequence table (NVIDIA/NeMo 19fadb67,
 # docs/source/performance/performance_long_sequence.md; measured_runs.yaml
@@ -67,7 +73,7 @@ GEMM_EFFICIENCY: dict[str, float] = {
 # not attention-specific (docs/blackwell.md), so Blackwell Ultra's faster softmax
 # exponentials (NVIDIA, general knowledge) are not modelled.
 ATTENTION_EFFICIENCY: dict[str, float] = {
-    "volta": 0.35, "ampere": 0.60, "hopper": 0.55, "blackwell": 0.42, "cdna3": 0.40,
+    "volta": 0.35, "ampere": 0.60, "hopper": 0.339, "blackwell": 0.42, "cdna3": 0.40,
 }
 # Fraction of HBM bandwidth streaming elementwise/norm kernels reach: STREAM-like copies
 # reach ~85-90% of datasheet bandwidth on A100/H100 (held at 0.85 when Hopper was fitted).

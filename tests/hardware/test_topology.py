@@ -118,6 +118,29 @@ def test_fat_tree_needs_no_relay() -> None:
     assert c.path(0, 9) == ["n0.gpu0", "n0.nic0", "leaf0", "n1.nic1", "n1.gpu1"]
 
 
+def test_cp_ring_cross_rail_hops_do_not_share_network_links() -> None:
+    # The CP rings of tp 4, cp 4 over two DGX H100 (Megatron order tp-cp-dp): ring t is
+    # ranks t, 4+t, 8+t, 12+t; its server-crossing hops 4+t -> 8+t and 12+t -> t go from
+    # GPU 4+t to GPU t of the other server. With PXN each leaves through NIC t (rail t) and
+    # no IB link carries two of the 8 hops, so each runs at one NIC's 50 GB/s; without it
+    # (the old routing) the spine rule (src + dst) % 2 put all 8 on spine 0.
+    c = cluster(preset="dgx-h100", nodes=2)
+    hops = [(4 + t, 8 + t) for t in range(4)] + [(12 + t, t) for t in range(4)]
+    ib = [{i for i in c.route(a, b) if c.links[i].kind == "ib"} for a, b in hops]
+    assert all(len(links) == 2 for links in ib)  # NIC -> leaf -> NIC: no spine
+    assert len(set().union(*ib)) == 2 * len(hops)
+    assert all(c.route_bandwidth(c.route(a, b)) == pytest.approx(50e9) for a, b in hops)
+
+
+def test_cross_unit_spine_follows_the_fixed_rule() -> None:
+    c = cluster(preset="dgx-h100", nodes=4, nodes_per_leaf=2)
+    # Rank 0 (unit 0) -> rank 17 (server 2, unit 1, rail 1): relayed onto rail 1, then
+    # leaf0.rail1 -> spine -> leaf1.rail1; spine (0 + 17) % spines; symmetric rule.
+    spines = sum(1 for n, d in c.graph.nodes(data=True) if d["kind"] == "spine")
+    assert c.path(0, 17)[4:7] == ["leaf0.rail1", f"spine{17 % spines}", "leaf1.rail1"]
+    assert c.path(17, 0)[5] == f"spine{17 % spines}"
+
+
 def test_rail_units_beyond_nodes_per_leaf_use_a_spine() -> None:
     c = cluster(preset="dgx-h100", nodes=4, nodes_per_leaf=2)
     # Servers 0 and 1 share unit 0; server 2 is in unit 1, so same rail still crosses a spine.
@@ -168,8 +191,10 @@ def test_oversubscription_halves_leaf_uplink_capacity() -> None:
 def test_fat_tree_groups_servers_per_leaf() -> None:
     c = cluster(preset="dgx-a100", nodes=4, fabric="fat-tree", nodes_per_leaf=2,
                 oversubscription=2.0)
-    # Same leaf (servers 0, 1): any NIC pair stays under leaf0, even cross "rail".
+    # Same leaf (servers 0, 1): any NIC pair stays under leaf0, even cross "rail" (no PXN
+    # relay under a fat tree: every NIC of a server shares the leaf).
     assert kinds(c, 0, 9) == ["pcie", "ib", "ib", "pcie"]
+    assert kinds(c, 1, 9) == ["pcie", "ib", "ib", "pcie"]
     assert "spine" in {c.graph.nodes[n]["kind"] for n in c.path(0, 16)}
     # Leaf has 2 servers x 8 NICs = 16 x 25 GB/s = 400 GB/s down -> 200 GB/s up over
     # ceil(16 / 2) = 8 spines of 25 GB/s each.

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simtrain.hardware.gpus import get_gpu
 from simtrain.workload.compute import (
     ComputeConfig,
     gemm_efficiency,
@@ -142,6 +143,20 @@ def test_op_time_attention_causal_halves_the_work() -> None:
     assert op_time(op, GPU, CFG) == pytest.approx(1e-3)
     full = CFG.model_copy(update={"causal_attention": False})
     assert op_time(op, GPU, full) == pytest.approx(2e-3)
+
+
+def test_h100_attention_runs_at_flashattention2s_h100_rate() -> None:
+    # Hopper's default is FA2's published H100 rate, 335 TFLOP/s forward+backward (Dao
+    # 2023, Sec. 4.1): 0.339 of 989.4. One ring-attention block of NeMo's 1M-token Llama 2
+    # 7B row (tp 8: 4 heads; cp 32: 32768 queries over a 32768-key block): 4·32768·32768·
+    # 128·4 = 2.199e12 FLOP non-causal, 1.100e12 executed causal; forward 1.100e12 /
+    # (989.4e12·0.339) = 3.279 ms, backward 2.5x = 8.197 ms, plus 3 us launch each.
+    h100, cfg = get_gpu("h100-sxm"), ComputeConfig()
+    assert cfg.max_attention_efficiency("hopper") == 0.339
+    fwd = Op("a", "attention", 4.0 * 32768 * 32768 * 128 * 4, 0.0, None, (), 0.0)
+    (bwd,) = backward_ops(fwd)
+    assert op_time(fwd, h100, cfg) == pytest.approx(3.279e-3 + 3e-6, rel=1e-3)
+    assert op_time(bwd, h100, cfg) == pytest.approx(8.197e-3 + 3e-6, rel=1e-3)
 
 
 def test_arch_defaults_and_errors() -> None:
