@@ -76,7 +76,7 @@ class CommModel:
         if protocol != "auto" and protocol not in self.backend.protocols:
             raise ValueError(f"protocol {protocol!r} is not offered by {self.backend.name}; "
                              f"choose one of: auto, {', '.join(self.backend.protocols)}")
-        self._lat_cache: dict[tuple[int, int, str, str], float] = {}
+        self._lat_cache: dict[tuple[int, int, str, str, bool], float] = {}
         self._choices: dict[tuple[object, ...], tuple[str, str, float]] = {}
         self._plans: dict[tuple[Call, str], Lowered] = {}
         self._predict = lru_cache(maxsize=4096)(self._predict_uncached)
@@ -154,7 +154,7 @@ class CommModel:
         cap = self.backend.flow_cap
         bus_cap = self.backend.bandwidth_cap(protocol, self.arch, nodes)
         if bus_cap < float("inf") and phase.flows:
-            senders: dict[int, int] = {}
+            senders: dict[object, int] = {}  # ranks, or switch ports (in-network)
             for src, _dst, _nb in phase.flows:
                 senders[src] = senders.get(src, 0) + 1
             cap = min(cap, bus_cap * wire / max(senders.values()))

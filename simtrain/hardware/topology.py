@@ -334,9 +334,9 @@ class Cluster:
         if cached is not None:
             return cached
         if isinstance(src_rank, SwitchPort) or isinstance(dst_rank, SwitchPort):
-            route = self._switch_route(src_rank, dst_rank)
-            self._routes[(src_rank, dst_rank)] = route
-            return route
+            switched = self._switch_route(src_rank, dst_rank)
+            self._routes[(src_rank, dst_rank)] = switched
+            return switched
         src_rank, dst_rank = self._check_rank(src_rank), self._check_rank(dst_rank)
         key = (src_rank, dst_rank)
         if src_rank == dst_rank:

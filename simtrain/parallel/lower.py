@@ -163,9 +163,9 @@ class Lowering:
                 st.frontier.update(fronts[c])
                 if id(step) not in seen:
                     seen.add(id(step))
-                    if incoming[id(step)]:
-                        receive(self.em, step, incoming[id(step)], self.o.p2p_bytes,
-                                self.o.pp_gather)
+                    got = incoming[id(step)]
+                    if got:
+                        receive(self.em, step, got, self.o.p2p_bytes, self.o.pp_gather)
                 self._emit(step, piece, starts[id(step)])
                 fronts[c] = {r: st.frontier.get(r, []) for r in ranks}
         for r in ranks:

@@ -109,11 +109,13 @@ def goodput_config(data: Mapping[str, Any] | None) -> GoodputConfig:
     for key, attr in (("checkpoint_write_bandwidth", "write_bandwidth"),
                       ("checkpoint_read_bandwidth", "read_bandwidth")):
         if key in data:
-            out = replace(out, **{attr: _parsed(parse_bandwidth, data[key], f"goodput.{key}",
-                                                positive=True)})
+            changed: dict[str, Any] = {
+                attr: _parsed(parse_bandwidth, data[key], f"goodput.{key}", positive=True)}
+            out = replace(out, **changed)
     for key, attr in (("restart", "restart_s"), ("rewarm", "rewarm_s")):
         if key in data:
-            out = replace(out, **{attr: _parsed(parse_seconds, data[key], f"goodput.{key}")})
+            changed = {attr: _parsed(parse_seconds, data[key], f"goodput.{key}")}
+            out = replace(out, **changed)
     if data.get("checkpoint_interval") is not None:
         out = replace(out, interval_s=_parsed(parse_seconds, data["checkpoint_interval"],
                                               "goodput.checkpoint_interval", positive=True))

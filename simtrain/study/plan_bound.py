@@ -263,10 +263,10 @@ def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
         for chunk in chunks:
             parts = [unit(u) for u in chunk]
             rows[0].append((sum(p[0] for p in parts), sum(p[1] for p in parts)))
-            for row, i in ((rows[1], 2), (rows[2], 3)):
+            for row, pick in ((rows[1], [p[2] for p in parts]), (rows[2], [p[3] for p in parts])):
                 total: dict[str, float] = {}
-                for p in parts:
-                    for g, n in p[i].items():
+                for nbytes in pick:
+                    for g, n in nbytes.items():
                         total[g] = total.get(g, 0.0) + n
                 row.append(total)
             rows[3].append(sum(p.numel for p in split_expert(q for u in chunk

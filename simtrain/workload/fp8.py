@@ -99,6 +99,7 @@ def cast_kernels(op: Op, recipe: str, microbatches: int) -> list[float]:
     m, n, k = op.gemm_shape
     m, n = m * op.groups, n * op.groups  # a grouped GEMM casts every group's operands
     per = cast_bytes_per_element(recipe)
+    sizes: list[float]
     if op.name.endswith(".dgrad"):
         sizes = [m * k]  # dY: m x (forward's n), the reduction dim k of dgrad (m, k, n)
     else:

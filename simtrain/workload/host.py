@@ -36,7 +36,7 @@ Parameters (``compute:`` section, see ``ComputeConfig``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -126,7 +126,7 @@ def issue_bound_makespan(durations: Sequence[float], kernel_issue_s: float) -> f
     return end
 
 
-def host_summary(host_s: float, step_s: float) -> dict[str, object]:
+def host_summary(host_s: float, step_s: float) -> dict[str, Any]:
     """The summary's host fields: mean exposed host seconds, share of the step, and
     whether the step is launch-bound (share above ``LAUNCH_BOUND_SHARE``), with a note."""
     share = host_s / step_s if step_s > 0 else 0.0

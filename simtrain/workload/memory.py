@@ -108,7 +108,7 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     if recompute == "op":  # torchtitan per-op checkpointing (simtrain.parallel.op_checkpoint)
         sharded, whole = op_checkpoint_widths(q, kv, h, cfg.ffn_size, cfg.activation == "swiglu")
         heads = cfg.num_heads // tp
-        replicated = h * (1 + (2 if sp and tp > 1 else 0))  # block input, saved RS outputs
+        replicated = float(h * (1 + (2 if sp and tp > 1 else 0)))  # block input, saved RS out
         return (dtype_bytes * sl * b * (sharded / tp + whole + replicated / rep)
                 + 4.0 * heads * sl * b)  # + the fp32 logsumexp of the saved SDPA
     mask = 1.0 if cfg.dropout_masks else 0.0

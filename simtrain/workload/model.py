@@ -177,9 +177,6 @@ class ModelConfig(BaseModel):
     # The first ``dense_layers`` layers of a MoE model have a dense MLP of ffn_hidden_size
     # (DeepSeek-V3: 3 of 61, first_k_dense_replace).
     dense_layers: int = 0
-    # Width of one attention head (None: hidden_size / num_heads). Qwen3 and GPT-OSS use
-    # heads wider or narrower than h / a (the suites write it here).
-    head_dim: int | None = None
     # "gqa": grouped-query (MHA when num_kv_heads = num_heads); "mla": DeepSeek-V2/V3
     # multi-head latent attention (simtrain.workload.mla): queries through a rank
     # ``q_lora_rank`` bottleneck (None: a full projection), keys and values through a
