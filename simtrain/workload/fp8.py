@@ -54,12 +54,9 @@ FP8_WEIGHT_BYTES = 2.0  # rowwise + columnwise FP8 copies of each GEMM weight pa
 # 1,979 TFLOP/s on large shapes, lower relative to peak than BF16 (NVIDIA Transformer
 # Engine/cuBLASLt benchmarks as commonly reported; Hopper's FP8 wgmma accumulates in
 # limited precision and kernels promote partial sums to FP32 every few k-steps, DeepSeek-V3
-# report Sec. 3.3.2, which costs issue slots); range 0.5-0.85. Hopper: fitted by
-# ``simtrain calibrate`` on 1 Dec 2026 (evening) on the NeMo 24.07 H100 FP8 rows, 0.70 ->
-# 0.6015 ± 0.022 (1,190 of 1,979 TFLOP/s): training step MAPE 11.1% -> 6.1%, held-out
-# NeMo long-sequence CP rows 7.9% -> 4.9% (command in docs/validation.md, "Calibration").
-# Uncalibrated: 0.70 on Blackwell, 0.60 on CDNA3 (hipBLASLt).
-FP8_GEMM_EFFICIENCY: dict[str, float] = {"hopper": 0.6015, "blackwell": 0.70, "cdna3": 0.60}
+# report Sec. 3.3.2, which costs issue slots). Uncalibrated: 0.70 on Hopper and Blackwell,
+# 0.60 on CDNA3 (hipBLASLt); range 0.5-0.85.
+FP8_GEMM_EFFICIENCY: dict[str, float] = {"hopper": 0.70, "blackwell": 0.70, "cdna3": 0.60}
 
 
 def check_fp8(arch: str, gpu_name: str, recipe: str) -> None:
