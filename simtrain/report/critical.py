@@ -102,7 +102,8 @@ def critical_path(timeline: Timeline, graph: TaskGraph | None = None) -> Critica
     for i, s in enumerate(spans):
         if s.task >= 0:
             by_task.setdefault(s.task, []).append(i)
-    tasks = graph.tasks if graph is not None else None
+    deps_of = graph.deps if graph is not None else None  # not the Task view: no objects
+    count = len(graph) if graph is not None else 0
 
     def members(i: int) -> Sequence[int]:
         task = spans[i].task
@@ -110,10 +111,10 @@ def critical_path(timeline: Timeline, graph: TaskGraph | None = None) -> Critica
 
     def dep_spans(i: int) -> list[int]:
         s = spans[i]
-        if tasks is None or not 0 <= s.task < len(tasks):
+        if deps_of is None or not 0 <= s.task < count:
             return []
         out: list[int] = []
-        for dep in tasks[s.task].deps:
+        for dep in deps_of(s.task):
             cands = by_task.get(dep)
             if not cands:
                 continue

@@ -126,12 +126,14 @@ def chrome_trace(
                            "args": {"name": f"stream {stream}"}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
                            "args": {"sort_index": tid}})
-    tasks = graph.tasks if graph is not None else None
+    # The columnar graph's accessors, not its Task view (which builds an object per access).
+    ranks_of = graph.ranks if graph is not None else None
+    count = len(graph) if graph is not None else 0
     p2p: dict[int, dict[int, Span]] = {}
     for s in sorted(timeline.spans, key=lambda s: (s.start, s.rank, s.stream, s.end)):
         group = None
-        if tasks is not None and 0 <= s.task < len(tasks):
-            group = tasks[s.task].ranks
+        if ranks_of is not None and 0 <= s.task < count:
+            group = ranks_of(s.task)
         ts, dur = s.start * 1e6, s.duration * 1e6
         if s.is_comm or "op" in s.meta:
             op = str(s.meta.get("op", "comm"))
@@ -156,8 +158,8 @@ def chrome_trace(
     flow_id = 0
     for task_id in sorted(p2p):
         ends = p2p[task_id]
-        if tasks is not None and 0 <= task_id < len(tasks) and len(tasks[task_id].ranks) == 2:
-            src, dst = tasks[task_id].ranks
+        if ranks_of is not None and 0 <= task_id < count and len(ranks_of(task_id)) == 2:
+            src, dst = ranks_of(task_id)
         elif len(ends) == 2:
             src, dst = sorted(ends)
         else:
