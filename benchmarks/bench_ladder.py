@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import resource
 import time
 from pathlib import Path
 from typing import Any
 
 from bench_scale import LADDER as SCALE_LADDER  # run from the repository root or benchmarks/
+from bench_scale import run_forked
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULT_RANK = 12_345
@@ -132,18 +132,7 @@ def _point(spec: dict[str, Any], sets: list[str], report: bool, queue: Any) -> N
 def run_point(spec: dict[str, Any], sets: list[str], limit: float,
               report: bool) -> dict[str, Any]:
     """One run in a fresh process; ``{"skipped": why}`` past ``limit`` seconds or on failure."""
-    ctx = mp.get_context("fork")
-    queue: Any = ctx.Queue()
-    proc = ctx.Process(target=_point, args=(spec, sets, report, queue))
-    proc.start()
-    proc.join(limit)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        return {"skipped": f"over {limit:.0f} s"}
-    if proc.exitcode != 0:
-        return {"skipped": f"failed (exit {proc.exitcode})"}
-    return dict(queue.get())
+    return run_forked(_point, (spec, sets, report), limit)
 
 
 def _fmt(value: Any, width: int) -> str:

@@ -97,8 +97,15 @@ def _point(spec: dict[str, Any], fidelity: str, queue: Any) -> None:
 
 
 def run_point(spec: dict[str, Any], fidelity: str, limit: float) -> dict[str, Any]:
-    queue: Any = mp.get_context("fork").Queue()
-    proc = mp.get_context("fork").Process(target=_point, args=(spec, fidelity, queue))
+    return run_forked(_point, (spec, fidelity), limit)
+
+
+def run_forked(target: Any, args: tuple[Any, ...], limit: float) -> dict[str, Any]:
+    """``target(*args, queue)`` in a fresh forked process (its own RSS peak); the dict it
+    puts on the queue, or ``{"skipped": why}`` past ``limit`` seconds or on failure."""
+    ctx = mp.get_context("fork")
+    queue: Any = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
     proc.start()
     proc.join(limit)
     if proc.is_alive():
