@@ -56,8 +56,10 @@ def simulate_point(source: Path | Mapping[str, Any], overrides: Sequence[str]) -
     """Simulate one point: ``simulate`` of its scenario, or for several jobs on one cluster
     ``simulate_jobs`` (each job also alone, so its summary has ``slowdown``). Either result
     has ``summary``, ``timeline`` and ``cluster``."""
+    from simtrain.jobs.spec import JobsScenario
+
     scenario = load_point(source, overrides)
-    if is_jobs(source):
+    if isinstance(scenario, JobsScenario):
         from simtrain.jobs.run import simulate_jobs
 
         return simulate_jobs(scenario)
