@@ -27,6 +27,7 @@ from simtrain.parallel.fsdp import FSDPConfig, check_fsdp
 from simtrain.parallel.schedule import SCHEDULES, model_chunks, schedule_problems
 from simtrain.units import MiBCount
 from simtrain.workload.layers import kv_heads_per_rank
+from simtrain.workload.memory import Recompute
 from simtrain.workload.model import ModelConfig
 
 # PyTorch DDP defaults, torch/csrc/distributed/c10d/reducer.hpp:
@@ -112,15 +113,14 @@ class ParallelismConfig(BaseModel):
     schedule: str = Field("1f1b", description="pipeline schedule: one of "
                           + ", ".join(SCHEDULES))
     pp_layers: list[int] | None = None
-    recompute: Literal["none", "selective", "op", "full"] = "none"
+    recompute: Recompute = "none"
     cp_algorithm: str = Field("ring", description="context parallel attention: one of "
                               + ", ".join(CP_ALGORITHMS))
     cp_a2a_size: int | None = Field(None, gt=0, description="a2a+p2p: CP ranks of each "
                                     "all-to-all (Megatron hierarchical_context_parallel_"
                                     "sizes[0])")
-    tp_comm_overlap: bool = Field(
-        False, description="pipeline TP all-gathers/reduce-scatters with their GEMMs in tp "
-        "chunks (Transformer Engine userbuffers; needs sp)")
+    tp_comm_overlap: bool = Field(False, description="pipeline TP all-gathers/reduce-"
+                                  "scatters with their GEMMs (TE userbuffers; needs sp)")
     # Megatron-LM --scatter-gather-tensors-in-pipeline (on by default before Megatron-Core):
     # each TP rank sends 1/tp of the activation to its partner on the next stage, which
     # all-gathers it over TP (intra-node) instead of every rank sending all of it.

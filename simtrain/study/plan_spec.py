@@ -23,8 +23,8 @@ from simtrain.errors import ScenarioError
 from simtrain.parallel.schedule import SCHEDULES as PIPELINE_SCHEDULES
 from simtrain.study.goodput import GoodputConfig, goodput_config
 from simtrain.study.variability import Jitter
+from simtrain.workload.memory import RECOMPUTE_MODES
 
-RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = tuple(PIPELINE_SCHEDULES)  # every registered pipeline schedule
 # p99: the final runs' 99th-percentile step over the ``variability`` section's jittered steps.

@@ -25,13 +25,15 @@ Pure functions; bytes in, bytes out. Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from simtrain.workload.mla import mla_activation_units
 from simtrain.workload.model import ModelConfig
 
 GIB = 2**30
 Recompute = Literal["none", "selective", "op", "full"]
+# Every activation-recompute mode, in order of memory saved (the one home of the names).
+RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 
 OPTIMIZER_STATE_BYTES = 12.0  # fp32 master weight + Adam m + v (ZeRO's K = 12)
 

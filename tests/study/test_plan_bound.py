@@ -155,7 +155,9 @@ CASES = {
     # every rank order: TP and CP groups across servers, DP groups inside one
     "orders": ("gpt3-2.7b", "dgx-a100", 2, 16, 2048,
                {"tp": [2, 4], "pp": [1, 2], "zero": [1, 2], "order": "all"}),
-    "pcie": ("gpt3-2.7b", "pcie-a100", 2, 16, 2048, {"tp": [2], "pp": [1, 2], "zero": [0, 3]}),
+    # torchtitan per-op checkpointing (recompute: op) on a PCIe cluster
+    "pcie": ("gpt3-2.7b", "pcie-a100", 2, 16, 2048, {"tp": [2], "pp": [1, 2], "zero": [0, 3],
+                                                   "recompute": ["op"]}),
     "llama-cp": ("llama3-8b", "dgx-h100", 2, 8, 8192,
                  {"tp": [2, 4], "pp": [1, 2], "cp": [1, 2, 4], "zero": [1],
                   "recompute": ["full"]}),
