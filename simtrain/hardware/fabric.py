@@ -319,7 +319,7 @@ class FabricLayout:
         by default since NCCL 2.12 for send/recv and all-to-all (NCCL_PXN_DISABLE=0,
         NCCL_P2P_PXN_LEVEL=2: "always use PXN"; NVIDIA blog "Doubling all2all Performance
         with NVIDIA Collective Communication Library 2.12", 2022). Without it, a regular
-        layout's cross-rail flows all pick one spine by the fixed rule below.
+        layout's cross-rail flows all pick one spine. Which spine: ``spine_toward``.
         """
         sa, ga = divmod(src, self.gpus_per_node)
         sb, gb = divmod(dst, self.gpus_per_node)
@@ -343,9 +343,26 @@ class FabricLayout:
         if la == lb:
             middle = [la]
         else:
-            # Equal-cost spines: a fixed, symmetric rule (never Python's randomised hash).
-            middle = [la, self.spine((src + dst) % self.num_spines), lb]
+            middle = [la, self.spine(self.spine_toward(sb, kb)), lb]
         return up + middle + down
+
+    def spine_toward(self, server: int, nic: int) -> int:
+        """Index of the spine that carries traffic bound for NIC ``nic`` of ``server``.
+
+        InfiniBand switches forward by destination: each holds a linear forwarding table
+        from destination LID to output port, and OpenSM's fat-tree routing (ftree) gives a
+        leaf's destinations its up ports in turn, the destination-mod-k rule (Zahavi et
+        al., "Optimized InfiniBand fat-tree routing for shift all-to-all communication
+        patterns", CCPE 2010; Gomez et al., "Deterministic versus adaptive routing in
+        fat-trees", IPDPS 2007). So the NICs under one leaf each own one spine (ports
+        share one when the leaf is oversubscribed), and distinct destinations never meet
+        on an uplink; flows to one NIC share its spine, as its downlink is shared anyway.
+        (The rule used before, (src + dst) mod spines, sent every server-pair copy of a
+        pipeline send to half the spines: 16 flows per uplink.)"""
+        port = server % self.nodes_per_leaf
+        if self.fabric != "rail-optimized":
+            port = port * self.nics_per_node + nic
+        return port % self.num_spines
 
     def reducing_switch(self, rank: int, level: str) -> str | None:
         """Name of the switch of ``level`` ("nvswitch", "leaf", "spine") above GPU ``rank``

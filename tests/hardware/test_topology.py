@@ -132,13 +132,34 @@ def test_cp_ring_cross_rail_hops_do_not_share_network_links() -> None:
     assert all(c.route_bandwidth(c.route(a, b)) == pytest.approx(50e9) for a, b in hops)
 
 
-def test_cross_unit_spine_follows_the_fixed_rule() -> None:
+def test_cross_unit_spine_is_chosen_by_the_destination() -> None:
     c = cluster(preset="dgx-h100", nodes=4, nodes_per_leaf=2)
-    # Rank 0 (unit 0) -> rank 17 (server 2, unit 1, rail 1): relayed onto rail 1, then
-    # leaf0.rail1 -> spine -> leaf1.rail1; spine (0 + 17) % spines; symmetric rule.
-    spines = sum(1 for n, d in c.graph.nodes(data=True) if d["kind"] == "spine")
-    assert c.path(0, 17)[4:7] == ["leaf0.rail1", f"spine{17 % spines}", "leaf1.rail1"]
-    assert c.path(17, 0)[5] == f"spine{17 % spines}"
+    # 2 servers per rail leaf -> 2 spines. Rank 0 (unit 0) -> rank 17 (server 2, unit 1,
+    # rail 1): relayed onto rail 1, then leaf0.rail1 -> spine -> leaf1.rail1; the spine is
+    # the destination's port on its leaf, server 2 % 2 = 0, mod 2 spines = spine0.
+    assert c.path(0, 17)[4:7] == ["leaf0.rail1", "spine0", "leaf1.rail1"]
+    # Back to server 0 (port 0): spine0; to server 3 (port 1) from either server: spine1.
+    assert c.path(17, 0)[5] == "spine0"
+    assert c.path(0, 25)[5] == c.path(8, 25)[5] == "spine1"
+    # Fat tree: a leaf's ports are its servers' NICs, server 3 NIC 1 is port 1*8 + 1 = 9 of
+    # 16 under 1:1, so spine 9.
+    f = cluster(preset="dgx-h100", nodes=4, nodes_per_leaf=2, fabric="fat-tree")
+    assert f.path(0, 25)[3] == "spine9"
+
+
+def test_pipeline_sends_between_units_never_share_an_uplink() -> None:
+    # pp 2 over 64 DGX H100 (two 32-server units): server s sends GPU k -> GPU k of server
+    # s + 32, 256 flows. Destination routing gives each destination port its own spine, so
+    # each flow has its own leaf -> spine and spine -> leaf link: 256 uplinks, one flow each.
+    # (The old (src + dst) mod 32 rule put a rail's 32 sends on 2 spines, 16 per uplink.)
+    c = cluster(preset="dgx-h100", nodes=64)
+    use: dict[int, int] = {}
+    for s in range(32):
+        for k in range(8):
+            for i in c.route(8 * s + k, 8 * (s + 32) + k):
+                use[i] = use.get(i, 0) + 1
+    ups = [i for i in use if c.links[i].dst.startswith("spine")]
+    assert len(ups) == 256 and max(use.values()) == 1
 
 
 def test_rail_units_beyond_nodes_per_leaf_use_a_spine() -> None:
