@@ -57,6 +57,9 @@ def calibrate(
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=0,
                                       help="simulate rows in this many processes (0: one "
                                            "per CPU)")] = 0,
+    row: Annotated[list[str] | None, typer.Option(
+        "--row", "-r", help="only the rows whose id matches this shell pattern (as in "
+                            "validate); repeat for several")] = None,
     arch: Annotated[list[str] | None, typer.Option(
         "--arch", help="fit only these GPU architectures (volta, ampere, hopper, ...); "
                        "repeat (default: every architecture the rows run on)")] = None,
@@ -76,7 +79,7 @@ def calibrate(
         from simtrain.cli_ingest import calibrate_nccl
         return calibrate_nccl(nccl_tests, write, as_json)
     from simtrain.calibration import DEFAULT_PARAMS, check_params, observations
-    from simtrain.validation import scenario_suites, suite_path
+    from simtrain.validation import row_selected, scenario_suites, suite_path
 
     names = list(dict.fromkeys(param or DEFAULT_PARAMS))
     fixed: dict[str, float] = {}
@@ -113,8 +116,11 @@ def calibrate(
                            else skip_unexpressible)
         if arch:
             obs = _of_archs(obs, arch)
+        if row:
+            obs = [o for o in obs if row_selected(o.id, row)]
         if not obs:
-            raise ValueError(f"no expressible rows in {', '.join(suites)}")
+            raise ValueError(f"no expressible rows in {', '.join(suites)}"
+                             + (f" match --row {' '.join(row)}" if row else ""))
         fits = _run(obs, names, fixed, holdout, jobs or os.cpu_count() or 1, max_evaluations,
                     show=not quiet and not as_json)
     except (ScenarioError, ValueError) as exc:

@@ -238,6 +238,17 @@ def test_cli_calibrate_failed_fit_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_cli_calibrate_fits_only_the_rows_named_by_row(tmp_path: Path) -> None:
+    # Of the three rows only the two dp8-* rows (shell pattern, as in validate) are fitted.
+    directory = _suite(tmp_path, {"gemm_efficiency": 0.6})
+    result = runner.invoke(app, ["calibrate", "--dir", str(directory), "--suite", "synthetic",
+                                 "--row", "dp8-*", "--json", "-j", "1"])
+    assert result.exit_code == 0, result.output
+    (f,) = json.loads(result.stdout)["fits"]
+    assert sorted(r["id"] for r in f["train"]) == ["dp8-s1024", "dp8-s256"]
+    assert f["params"]["gemm_efficiency"] == pytest.approx(0.6, abs=0.01)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--param", "warp_speed"], "cannot fit or fix 'warp_speed'"),
     (["--fix", "warp_speed=2"], "cannot fit or fix 'warp_speed'"),
@@ -247,6 +258,7 @@ def test_cli_calibrate_failed_fit_writes_nothing(tmp_path: Path) -> None:
     (["--suite", "nope"], "no suite file"),
     (["--suite", "nccl"], "calibrate the network"),
     (["--suite", "ok", "--holdout", "other"], "--holdout 'other' is not among the suites"),
+    (["--suite", "ok", "--row", "nothing-*"], "no expressible rows in ok match --row nothing-*"),
 ])
 def test_cli_calibrate_bad_input(args: list[str], message: str, tmp_path: Path) -> None:
     (tmp_path / "ok.yaml").write_text("suite: ok\nrows: []\n")
