@@ -29,7 +29,12 @@ from simtrain.report.notes import run_notes
 from simtrain.scenario import Scenario, load_scenario, scenario_error
 from simtrain.training import DTYPE_BYTES, optimizer_bytes_per_param
 from simtrain.workload.compute import op_time
-from simtrain.workload.fp8 import FP8_WEIGHT_BYTES, check_fp8, fp8_op_time
+from simtrain.workload.fp8 import (
+    FP8_GATHER_RECIPES,
+    FP8_WEIGHT_BYTES,
+    check_fp8,
+    fp8_op_time,
+)
 from simtrain.workload.host import host_summary, issue_times
 from simtrain.workload.interference import NCCL_CHANNELS, Interference
 from simtrain.workload.memory import (
@@ -73,7 +78,8 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
     m = micro_batches(scenario, cluster)
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
                      cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp,
-                     etp=dims.etp)
+                     etp=dims.etp,
+                     fp8_gathers=train.fp8_recipe in FP8_GATHER_RECIPES)
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     schedule = make_schedule(kind, dims.pp, m, dims.vpp)
@@ -157,8 +163,11 @@ def op_timer(scenario: Scenario, cluster: Cluster, micro_batches: int
         def timer(op: Op) -> float:
             return op_time(op, gpu, compute, train.dtype)
     else:
+        dims = scenario.parallelism.dims(cluster.num_gpus)
+        gather = dims.tp if dims.sp and recipe in FP8_GATHER_RECIPES else 1
+
         def timer(op: Op) -> float:
-            return fp8_op_time(op, gpu, compute, recipe, micro_batches)
+            return fp8_op_time(op, gpu, compute, recipe, micro_batches, gather)
     return timer
 
 

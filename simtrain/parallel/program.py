@@ -109,7 +109,7 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
             case Comm():
                 if step.bwd:
                     out.append(Collective(step.name + ".bwd", step.kind, step.bwd,
-                                          step.group, step.nbytes, unit.layer,
+                                          step.group, step.backward_nbytes, unit.layer,
                                           _reverse(step.route)))
             case Ring():
                 if selective:

@@ -31,6 +31,7 @@ from functools import cached_property
 
 from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
 from simtrain.parallel.templates import unhandled
+from simtrain.workload.fp8 import FP8_GATHER_SHARE, gathers_fp8
 from simtrain.workload.layers import (
     ContextAttention,
     LayerProgram,
@@ -65,7 +66,8 @@ class Compute:
 class Comm:
     """A collective over the ``group`` ("tp", "cp", "ep"); ``fwd``/``bwd`` op or None.
     ``route``: an EP all-to-all's forward direction ("to_experts" for dispatch,
-    "from_experts" for combine; backward runs the other way), "" otherwise."""
+    "from_experts" for combine; backward runs the other way), "" otherwise.
+    ``nbytes`` per rank forward; ``bwd_nbytes`` backward (None: the same)."""
 
     name: str
     group: str
@@ -73,6 +75,12 @@ class Comm:
     bwd: str | None
     nbytes: float
     route: str = ""
+    bwd_nbytes: float | None = None
+
+    @property
+    def backward_nbytes(self) -> float:
+        """Bytes per rank of the backward collective."""
+        return self.nbytes if self.bwd_nbytes is None else self.bwd_nbytes
 
     @property
     def kind(self) -> str:
@@ -114,26 +122,41 @@ class ShardSpec(Shard):
 
     cp_algorithm: str = "ring"
     cp_a2a: int = 1
+    fp8_gathers: bool = False  # SP all-gathers of FP8 GEMM operands move FP8 (workload.fp8)
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
-          size: int, route: str = "") -> list[Step]:
-    return [Comm(name, group, fwd, bwd, nbytes, route)] if size > 1 else []
+          size: int, route: str = "", bwd_nbytes: float | None = None) -> list[Step]:
+    return [Comm(name, group, fwd, bwd, nbytes, route, bwd_nbytes)] if size > 1 else []
+
+
+def _fp8_share(spec: ShardSpec, kind: str, neighbour: object) -> float:
+    """Byte share of an SP all-gather beside ``neighbour`` (the GEMM after an "f", before a
+    "g"): FP8_GATHER_SHARE where it gathers that FP8 GEMM's operand, else 1."""
+    if spec.fp8_gathers and isinstance(neighbour, Op) and gathers_fp8(kind, neighbour):
+        return FP8_GATHER_SHARE
+    return 1.0
 
 
 def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
     """``program`` with its communication sites made collectives of ``spec``'s groups."""
     steps: list[Step] = []
     t, sp = spec.tp, spec.sp
-    for item in program.items:
+    items = program.items
+    for i, item in enumerate(items):
         match item:
             case Op():
                 steps.append(Compute(item))
             case Site(kind="f"):  # Megatron's f before a column-parallel GEMM
-                steps += (_comm(item.name, "tp", "all_gather", "reduce_scatter", item.nbytes, t)
+                nxt = items[i + 1] if i + 1 < len(items) else None
+                fwd = item.nbytes * _fp8_share(spec, "f", nxt)
+                steps += (_comm(item.name, "tp", "all_gather", "reduce_scatter", fwd, t,
+                                bwd_nbytes=item.nbytes)
                           if sp else _comm(item.name, "tp", None, "all_reduce", item.nbytes, t))
             case Site(kind="g"):  # Megatron's g after a row-parallel GEMM
-                steps += (_comm(item.name, "tp", "reduce_scatter", "all_gather", item.nbytes, t)
+                bwd = item.nbytes * _fp8_share(spec, "g", items[i - 1] if i else None)
+                steps += (_comm(item.name, "tp", "reduce_scatter", "all_gather", item.nbytes, t,
+                                bwd_nbytes=bwd)
                           if sp else _comm(item.name, "tp", "all_reduce", None, item.nbytes, t))
             case Site(kind="dispatch" | "combine"):
                 route = "to_experts" if item.kind == "dispatch" else "from_experts"

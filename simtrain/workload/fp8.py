@@ -5,14 +5,17 @@ fc1/fc2, forward, dgrad and wgrad) run on FP8 tensor cores, at the GPU's FP8 pea
 their own efficiency; core attention, embeddings, the router and the output layer
 (``lm_head``) stay BF16, as Transformer Engine and Megatron-Core keep them (TE
 ``fp8_autocast`` covers ``te.Linear``/``LayerNormLinear``/``LayerNormMLP`` modules only;
-Megatron keeps the output layer and the router out of FP8). Activations, weights and
-collectives stay BF16; FP8 operands are made by cast kernels around each FP8 GEMM:
+Megatron keeps the output layer and the router out of FP8). Activations and weights stay
+BF16, and so do collectives but for the SP all-gathers below; FP8 operands are made by cast
+kernels around each FP8 GEMM:
 
 - forward (m, n, k): the input X (m x k) is cast, with its transpose for wgrad
   (``cast_transpose``: read 2 B, write 1 B + 1 B per element) — except where the kernel
   that produces X writes FP8 itself: TE's ``LayerNormLinear``/``LayerNormMLP`` fuse the
   cast into the norm (QKV, fc1) and into the activation (fc2), under delayed scaling and
-  MXFP8 (``FUSED_INPUT_CASTS``), but not for the experts: TE's ``GroupedLinear``
+  MXFP8 (``FUSED_INPUT_CASTS``; under delayed scaling wgrad still needs X's transpose,
+  a ``tex.fp8_transpose`` in the backward, TE 1.9: read 1 B, write 1 B; MXFP8's fused
+  kernel writes both copies), but not for the experts: TE's ``GroupedLinear``
   quantises its own BF16 input (``tex.split_quantize`` over the routed tokens the
   dispatcher delivers, and the separate activation's output before fc2); the weight
   W (n x k) is cast once per step (TE casts weights on the first microbatch and caches
@@ -29,6 +32,19 @@ Recipes (TE ``recipe.DelayedScaling``, ``Float8CurrentScaling``, ``MXFP8BlockSca
 - ``mxfp8`` (Blackwell only: 1x32 blocks with E8M0 scales in hardware): scales are
   computed inside the cast; it writes rowwise and columnwise copies plus one scale byte
   per 32 elements of each: +2/32 B per element.
+
+Sequence-parallel all-gathers of an FP8 GEMM's own operand move FP8 (1 B per element, not
+BF16's 2): the "f" all-gather of the input to QKV and the dense fc1, and the backward
+all-gather ("g"'s) of the output gradient of the projection and the dense fc2. TE 1.9
+(``transformer_engine/pytorch/module/layernorm_linear.py`` and ``layernorm_mlp.py``,
+``_LayerNormLinear.forward``: the norm writes ``ln_out`` as uint8 FP8, then
+``gather_along_first_dim(ln_out, tp_group)``; ``base.py`` ``grad_output_preprocess``,
+"FP8 case with gather": ``cast_to_fp8`` on the local shard, then the gather); torchao 0.11
+(``torchao/float8/float8_tensor_parallel.py``, ``Float8ColwiseParallel``/
+``Float8RowwiseParallel``, "all-gather in float8"), which torchtitan uses for tensorwise
+(current) scaling (torchtitan 0.1.0, ``models/llama3/infra/parallelize.py``, "float8
+all-gather with TP is only supported for tensorwise"). Reduce-scatters, all-reduces and the
+gathers beside BF16 GEMMs (router, experts' dispatch side, ``lm_head``) stay BF16.
 
 Memory: FP8 weight copies (rowwise and transposed/columnwise, 1 B each per GEMM weight
 parameter) beside the BF16 weights and the FP32 master weights (``FP8_WEIGHT_BYTES``).
@@ -49,6 +65,16 @@ BF16_GEMMS = (".router", "lm_head")
 # FP8 GEMMs whose input is written in FP8 by the norm or activation kernel before them.
 FUSED_INPUT_CASTS = (".attn.qkv", ".mlp.fc1", ".mlp.fc2")
 FP8_WEIGHT_BYTES = 2.0  # rowwise + columnwise FP8 copies of each GEMM weight parameter
+# Recipes whose SP all-gathers carry FP8 (module docstring): TE 1.9's delayed scaling and
+# torchao's tensorwise (current) scaling. MXFP8 (TE 2.x block scales) is left BF16: its
+# gather is MXFP8 in TE 2.4 (``distributed._all_gather_mxfp8``) but BF16 in torchtitan's MX
+# path (tensorwise only, above), and simtrain cannot tell the two apart.
+FP8_GATHER_RECIPES = ("delayed", "current")
+FP8_GATHER_SHARE = 0.5  # bytes of an FP8 gather per byte of the BF16 one (1 B vs 2 B)
+# The GEMMs an SP all-gather feeds in FP8: after an "f" (their input), before a "g" (the
+# backward all-gather of their output gradient).
+_GATHERED_INPUT = (".attn.qkv", ".mlp.fc1")
+_GATHERED_GRAD = (".attn.proj", ".mlp.fc2")
 
 # Peak fraction of a large FP8 GEMM. H100 SXM FP8 cuBLASLt GEMMs reach ~1,300-1,450 of
 # 1,979 TFLOP/s on large shapes, lower relative to peak than BF16 (NVIDIA Transformer
@@ -88,6 +114,14 @@ def runs_in_fp8(op: Op) -> bool:
     return not base.endswith(BF16_GEMMS)
 
 
+def gathers_fp8(site_kind: str, gemm: Op) -> bool:
+    """Whether an SP all-gather at a Megatron "f" (before ``gemm``) or "g" (after it) moves
+    FP8 under FP8 training: it gathers ``gemm``'s own FP8 operand (module docstring)."""
+    if not runs_in_fp8(gemm) or gemm.role == "expert":
+        return False
+    return gemm.name.endswith(_GATHERED_INPUT if site_kind == "f" else _GATHERED_GRAD)
+
+
 def cast_bytes_per_element(recipe: str) -> float:
     """HBM bytes per element of one cast_transpose: read 2 (BF16), write 1 + 1 (FP8 and
     its transpose), +2 (amax pass) for current scaling, +2/32 (block scales) for MXFP8."""
@@ -95,34 +129,57 @@ def cast_bytes_per_element(recipe: str) -> float:
     return 4.0 + extra
 
 
-def cast_kernels(op: Op, recipe: str, microbatches: int) -> list[float]:
+def cast_kernels(op: Op, recipe: str, microbatches: int, sp_gather: int = 1) -> list[float]:
     """HBM bytes of each cast kernel an FP8 GEMM ``op`` needs, per microbatch.
 
     Forward (m, n, k): X (m·k) every microbatch, W (n·k) once per step (so / microbatches);
     dgrad (m, k, n): dY (m·n); wgrad: none. Current scaling adds an amax kernel per cast
     (its read is in ``cast_bytes_per_element``; the kernel is listed as one more launch
-    carrying no further bytes).
+    carrying no further bytes). An input written in FP8 by the norm or activation before
+    it (``FUSED_INPUT_CASTS``, delayed scaling) still needs its transpose for wgrad: TE 1.9
+    ``tex.fp8_transpose`` of ``ln_out_total`` and ``gelu_out`` in the backward (read 1 B,
+    write 1 B). ``sp_gather`` > 1: an operand SP all-gathers in FP8 (``gathers_fp8``) is
+    quantised on the rank's 1/sp_gather shard before the gather (read 2 B, write 1 B, +2 B
+    amax under current scaling; TE 2.4 ``gather_along_first_dim(..., quantizer)``, TE 1.9
+    ``grad_output_preprocess``), then the gathered FP8 copy is transposed (2 B).
     """
     if not runs_in_fp8(op) or op.gemm_shape is None or op.name.endswith(".wgrad"):
         return []
     m, n, k = op.gemm_shape
     m, n = m * op.groups, n * op.groups  # a grouped GEMM casts every group's operands
     per = cast_bytes_per_element(recipe)
-    sizes: list[float]
-    if op.name.endswith(".dgrad"):
-        sizes = [m * k]  # dY: m x (forward's n), the reduction dim k of dgrad (m, k, n)
+    amax = per - 4.0 if recipe == "current" else 0.0
+    dgrad = op.name.endswith(".dgrad")
+    base = op.name.removesuffix(".dgrad")
+    gathered = (sp_gather > 1 and recipe in FP8_GATHER_RECIPES and op.role != "expert"
+                and base.endswith(_GATHERED_GRAD if dgrad else _GATHERED_INPUT))
+    operand = m * k  # dgrad (m, k, n): dY is m x (forward's n) = m·k
+    out: list[float]
+    launches = 0
+    if gathered:  # quantise the shard, transpose the gathered copy
+        out = [(3.0 + amax) * operand / sp_gather, 2.0 * operand]
+        launches = 1
+    elif dgrad:
+        out = [per * operand]
+        launches = 1
+    elif (recipe == "delayed" and base.endswith(FUSED_INPUT_CASTS)
+          and op.role != "expert"):
+        out = [2.0 * operand]  # written in FP8 by the norm/activation: transpose only
+    elif (recipe == "mxfp8" and base.endswith(FUSED_INPUT_CASTS) and op.role != "expert"):
+        out = []  # the fused kernel writes rowwise and columnwise copies
     else:
-        fused = (recipe != "current" and op.name.endswith(FUSED_INPUT_CASTS)
-                 and op.role != "expert")
-        sizes = ([] if fused else [m * k]) + [n * k / max(microbatches, 1)]
-    out = [per * s for s in sizes]
+        out = [per * operand]
+        launches = 1
+    if not dgrad:
+        out.append(per * n * k / max(microbatches, 1))
+        launches += 1
     if recipe == "current":
-        out += [0.0] * len(sizes)
+        out += [0.0] * launches
     return out
 
 
 def fp8_op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, recipe: str,
-                microbatches: int) -> float:
+                microbatches: int, sp_gather: int = 1) -> float:
     """Seconds of ``op`` under FP8 training: FP8 GEMMs at the FP8 peak and FP8 efficiency
     plus their cast kernels (memory-bound, one launch each); everything else as BF16."""
     if not runs_in_fp8(op):
@@ -140,5 +197,5 @@ def fp8_op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, recipe: str,
     gemm = max(op.flops / (gpu.flops("fp8") * eff),
                nbytes / (gpu.hbm_bandwidth * cfg.hbm_efficiency(gpu.arch)))
     casts = sum(op_time(Op(f"{op.name}.cast", "elementwise", 0.0, b, None, (), 0.0), gpu,
-                        cfg, "bf16") for b in cast_kernels(op, recipe, microbatches))
+                        cfg, "bf16") for b in cast_kernels(op, recipe, microbatches, sp_gather))
     return gemm + cfg.launch_overhead + casts

@@ -16,6 +16,7 @@ from simtrain.workload.fp8 import (
     cast_kernels,
     check_fp8,
     fp8_op_time,
+    gathers_fp8,
     runs_in_fp8,
 )
 from simtrain.workload.model import Op
@@ -55,8 +56,11 @@ def test_cast_bytes_by_hand() -> None:
     # current scaling: +2 B per element for the amax pass and one amax launch per cast.
     assert cast_kernels(proj, "current", 2) == [96.0, 24.0, 0.0, 0.0]
     assert cast_bytes_per_element("mxfp8") == 4.0 + 2.0 / 32.0
-    # QKV's input is written in FP8 by the fused norm: only its weight is cast.
-    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "delayed", 2) == [16.0]
+    # QKV's input is written in FP8 by the fused norm: its transpose for wgrad (TE 1.9
+    # fp8_transpose, read 1 B + write 1 B: 8·2 x 2 B = 32) and the weight's cast.
+    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "delayed", 2) == [32.0, 16.0]
+    # MXFP8's fused kernel writes both copies: only the weight.
+    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "mxfp8", 2) == [4.0625 * 4.0]
     # dgrad (m, k, n) = (8, 2, 4): dY is 8 x 4 -> 32 x 4 B; wgrad casts nothing.
     assert cast_kernels(_gemm("layers.0.attn.proj.dgrad", 8, 2, 4), "delayed", 2) == [128.0]
     assert cast_kernels(_gemm("layers.0.attn.proj.wgrad", 4, 2, 8), "delayed", 2) == []
@@ -159,3 +163,54 @@ def test_expert_gemms_cast_their_own_inputs() -> None:
                 role="expert", groups=16)
     assert cast_kernels(expert, "mxfp8", 2) == [1040.0, 260.0]
     assert cast_kernels(dense, "mxfp8", 2) == [4.0625 * 4.0]
+
+
+def test_gathered_operands_are_cast_on_the_shard() -> None:
+    # SP over 4 ranks, current scaling: QKV (m, n, k) = (8, 4, 2) gathers its input in FP8,
+    # so X (8·2 = 16 elements) is quantised on the rank's quarter, 4 elements x (2 read +
+    # 2 amax read + 1 write) = 20 B, and the gathered copy transposed, 16 x 2 B = 32 B;
+    # W 4·2 / 1 = 8 elements x 6 B = 48 B; two amax launches (X, W).
+    qkv = _gemm("layers.0.attn.qkv", 8, 4, 2)
+    assert cast_kernels(qkv, "current", 1, sp_gather=4) == [20.0, 32.0, 48.0, 0.0, 0.0]
+    # Delayed: the proj dgrad's dY (8 x 4 = 32 elements) is cast on the shard (8 x 3 B)
+    # and transposed after the gather (32 x 2 B); without SP it is one cast_transpose.
+    dgrad = _gemm("layers.0.attn.proj.dgrad", 8, 4, 4)
+    assert cast_kernels(dgrad, "delayed", 1, sp_gather=4) == [24.0, 64.0]
+    assert cast_kernels(dgrad, "delayed", 1) == [128.0]
+    # fc1's dgrad (its dY is not gathered) and MXFP8 are cast as before.
+    assert cast_kernels(_gemm("layers.0.mlp.fc1.dgrad", 8, 4, 4), "delayed", 1, 4) == [128.0]
+    assert cast_kernels(dgrad, "mxfp8", 1, sp_gather=4) == [4.0625 * 32]
+
+
+def test_which_sp_gathers_move_fp8() -> None:
+    assert gathers_fp8("f", _gemm("layers.0.attn.qkv", 8, 8, 8))
+    assert gathers_fp8("f", _gemm("layers.0.mlp.fc1", 8, 8, 8))
+    assert gathers_fp8("g", _gemm("layers.0.attn.proj", 8, 8, 8))
+    assert gathers_fp8("g", _gemm("layers.0.mlp.fc2", 8, 8, 8))
+    assert not gathers_fp8("f", _gemm("layers.0.mlp.router", 8, 8, 8))  # BF16 GEMM
+    assert not gathers_fp8("f", _gemm("lm_head", 8, 8, 8))
+    assert not gathers_fp8("g", _gemm("layers.0.mlp.shared.fc2", 8, 8, 8))  # MoE's g
+    assert not gathers_fp8("f", _gemm("layers.0.attn.proj", 8, 8, 8))  # input not gathered
+    expert = Op("layers.0.mlp.fc1", "gemm", 1.0, 1.0, (8, 8, 8), (), 0.0, role="expert")
+    assert not gathers_fp8("f", expert)
+
+
+def test_fp8_sp_gathers_halve_forward_f_and_backward_g() -> None:
+    # Llama-style layer, b = 1, s = 16, h = 8, tp 2 with SP, dt 2: every site moves
+    # 2·16·8 = 256 B. Under FP8 gathers the f all-gathers (before QKV and fc1) carry
+    # 128 B forward and their reduce-scatters 256 B backward; the g reduce-scatters stay
+    # 256 B forward and their backward all-gathers carry 128 B.
+    from simtrain.parallel.shard import Comm, ShardSpec, block_unit
+    from simtrain.workload.model import ModelConfig
+    cfg = ModelConfig(name="t", family="llama", num_layers=1, hidden_size=8, num_heads=2,
+                      vocab_size=64, max_seq_len=16, activation="swiglu", num_kv_heads=2,
+                      ffn_hidden_size=16)
+    comms = [s for s in block_unit(cfg, 0, 1, 16, 2, ShardSpec(tp=2, sp=True,
+                                                               fp8_gathers=True)).steps
+             if isinstance(s, Comm)]
+    assert [(c.fwd, c.nbytes, c.bwd, c.backward_nbytes) for c in comms] == [
+        ("all_gather", 128.0, "reduce_scatter", 256.0),
+        ("reduce_scatter", 256.0, "all_gather", 128.0)] * 2
+    plain = [s for s in block_unit(cfg, 0, 1, 16, 2, ShardSpec(tp=2, sp=True)).steps
+             if isinstance(s, Comm)]
+    assert {(c.nbytes, c.backward_nbytes) for c in plain} == {(256.0, 256.0)}
