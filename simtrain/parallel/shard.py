@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
+from simtrain.parallel.sp_layout import layout_copies
 from simtrain.parallel.templates import unhandled
 from simtrain.workload.layers import (
     ContextAttention,
@@ -110,10 +111,14 @@ class Unit:
 @dataclass(frozen=True)
 class ShardSpec(Shard):
     """Degrees that shape one rank's ops, and how CP attends (``context_volume.py``);
-    ``cp_a2a``: the CP ranks of each all-to-all (cp for a2a, 1 for ring and allgather)."""
+    ``cp_a2a``: the CP ranks of each all-to-all (cp for a2a, 1 for ring and allgather);
+    ``layout``: the activations' "sbh" or "bsh" order, ``tp_overlap``: async TP on
+    (``sp_layout.py``: the copies a batch-first layout adds around SP collectives)."""
 
     cp_algorithm: str = "ring"
     cp_a2a: int = 1
+    layout: str = "sbh"
+    tp_overlap: bool = False
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
@@ -130,11 +135,13 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
             case Op():
                 steps.append(Compute(item))
             case Site(kind="f"):  # Megatron's f before a column-parallel GEMM
-                steps += (_comm(item.name, "tp", "all_gather", "reduce_scatter", item.nbytes, t)
-                          if sp else _comm(item.name, "tp", None, "all_reduce", item.nbytes, t))
+                steps += _sp_site(item, spec, (
+                    _comm(item.name, "tp", "all_gather", "reduce_scatter", item.nbytes, t)
+                    if sp else _comm(item.name, "tp", None, "all_reduce", item.nbytes, t)))
             case Site(kind="g"):  # Megatron's g after a row-parallel GEMM
-                steps += (_comm(item.name, "tp", "reduce_scatter", "all_gather", item.nbytes, t)
-                          if sp else _comm(item.name, "tp", "all_reduce", None, item.nbytes, t))
+                steps += _sp_site(item, spec, (
+                    _comm(item.name, "tp", "reduce_scatter", "all_gather", item.nbytes, t)
+                    if sp else _comm(item.name, "tp", "all_reduce", None, item.nbytes, t)))
             case Site(kind="dispatch" | "combine"):
                 route = "to_experts" if item.kind == "dispatch" else "from_experts"
                 steps += _comm(item.name, "ep", "all_to_all", "all_to_all", item.nbytes,
@@ -144,6 +151,16 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
             case _:
                 raise unhandled(item)
     return Unit(program.name, tuple(steps), layer=program.layer)
+
+
+def _sp_site(item: Site, spec: ShardSpec, comm: list[Step]) -> list[Step]:
+    """``comm`` (the f or g collective of ``item``) with the copies a batch-first layout
+    adds around SP collectives (``sp_layout.layout_copies``); as is otherwise."""
+    if not (comm and spec.sp and spec.layout == "bsh") or item.kind not in ("f", "g"):
+        return comm
+    before, after = layout_copies(item.name, item.kind, item.nbytes, spec.tp,
+                                  spec.tp_overlap)
+    return [*(Compute(op) for op in before), *comm, *(Compute(op) for op in after)]
 
 
 def _context(item: ContextAttention, spec: ShardSpec) -> list[Step]:
