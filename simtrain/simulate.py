@@ -74,7 +74,8 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
                      cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp,
                      etp=dims.etp, layout=cfg.layout,
-                     tp_overlap=par.tp_comm_overlap and dims.sp and dims.tp > 1)
+                     tp_overlap=par.tp_comm_overlap and dims.sp and dims.tp > 1,
+                     torch_ring=scenario.compute.attention_impl == "fa2")
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     schedule = make_schedule(kind, dims.pp, m, dims.vpp)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
+from simtrain.parallel.ring_merge import backward_merge_bytes, forward_merge_bytes
 from simtrain.parallel.sp_layout import layout_copies
 from simtrain.parallel.templates import unhandled
 from simtrain.workload.layers import (
@@ -90,6 +91,9 @@ class Ring:
     kv_bytes: float
     steps: int
     group: str = "cp"
+    # PyTorch's ring (``ring_merge.py``): HBM bytes of its merge kernels per ring
+    # attention, forward and backward; (0, 0) for fused corrections (Transformer Engine).
+    merge_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 Step = Compute | Comm | Ring
@@ -113,12 +117,14 @@ class ShardSpec(Shard):
     """Degrees that shape one rank's ops, and how CP attends (``context_volume.py``);
     ``cp_a2a``: the CP ranks of each all-to-all (cp for a2a, 1 for ring and allgather);
     ``layout``: the activations' "sbh" or "bsh" order, ``tp_overlap``: async TP on
-    (``sp_layout.py``: the copies a batch-first layout adds around SP collectives)."""
+    (``sp_layout.py``: the copies a batch-first layout adds around SP collectives);
+    ``torch_ring``: ring attention is PyTorch's, with its merge kernels (``ring_merge.py``)."""
 
     cp_algorithm: str = "ring"
     cp_a2a: int = 1
     layout: str = "sbh"
     tp_overlap: bool = False
+    torch_ring: bool = False  # PyTorch's ring attention (ring_merge.py)
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
@@ -170,7 +176,7 @@ def _context(item: ContextAttention, spec: ShardSpec) -> list[Step]:
         return [*_comm(item.gather_name, "cp", "all_gather", "reduce_scatter",
                        item.kv_bytes * cp, cp), Compute(item.core)]
     if u == 1:
-        return [Ring(item.core, item.kv_bytes, cp)]
+        return [Ring(item.core, item.kv_bytes, cp, merge_bytes=_merges(item, cp, spec))]
     # Ulysses: Q, K, V to all tokens x heads/u, attention, the output back; the backward
     # reverses both (dO, then dQ, dK, dV). The full attention of the rank's heads has the
     # FLOPs and bytes of ``item.core`` (s/cp queries x all heads = s queries x heads/cp).
@@ -182,6 +188,15 @@ def _context(item: ContextAttention, spec: ShardSpec) -> list[Step]:
                  Ring(item.core, item.kv_bytes, cp // u, CP_RING_GROUP))
     steps.append(Comm(f"{attn}.out_a2a", group, "all_to_all", "all_to_all", item.o_bytes))
     return steps
+
+
+def _merges(item: ContextAttention, steps: int, spec: ShardSpec) -> tuple[float, float]:
+    """(forward, backward) bytes of PyTorch's ring merges for ``item`` (bf16 SDPA tensors:
+    2 B per element of its output and K,V); none for other rings."""
+    if not spec.torch_ring:
+        return 0.0, 0.0
+    e, kv = item.o_bytes / 2, item.kv_bytes / 2
+    return forward_merge_bytes(e, kv, steps), backward_merge_bytes(e, kv, steps)
 
 
 def block_unit(cfg: ModelConfig, i: int, b: int, s: int, dt: int, spec: ShardSpec) -> Unit:
