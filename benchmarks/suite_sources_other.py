@@ -18,15 +18,23 @@ TITAN_CHOICES = [
     "torch.compile run model.elementwise eager (RMSNorm, RoPE, SwiGLU as aten ops), the",
     "others simtrain's fused kernels; Float8 is training.dtype fp8 with recipe",
     "current (tensorwise dynamic scaling, torchao's default); attention is PyTorch SDPA's",
-    "FlashAttention-2 (compute.attention_impl fa2) on H100/H200/A100; sim.granularity layer.",
+    "FlashAttention-2 (compute.attention_impl fa2) on H100/H200/A100; sim.granularity layer;",
+    "FSDP2's copy-out after each all-gather and gradient copy-in before each reduce-scatter",
+    "run on the compute stream (parallelism.fsdp.copies, torch fully_shard); activations are",
+    "batch-first (model.layout bsh: copies around SP collectives, simtrain/parallel/sp_layout.py).",
 ]
 # Fused attention torchtitan runs: PyTorch SDPA's flash backend, FlashAttention-2
 # (simtrain/workload/attention_impl.py); FA2 has no Blackwell figure, so B200/GB200 rows
 # keep the default.
 FA2_GPUS = ("h100", "h200", "a100")
 # torchtitan's device mesh is (pp, dp, cp, tp): pipeline outermost, as ORDER.
-TITAN_BASE: dict[str, Any] = {"parallelism": {"order": ORDER,
-                                              "ddp": {"overlap_param_gather": False}},
+# torchtitan shards with FSDP2 (fully_shard): its per-parameter copy-out and copy-in kernels
+# run on the compute stream (simtrain/parallel/fsdp.py, ``copies``).
+# Its Llama keeps activations [b, s, h] and shards the sequence on dim 1 (model.layout bsh).
+TITAN_BASE: dict[str, Any] = {"model": {"layout": "bsh"},
+                              "parallelism": {"order": ORDER,
+                                              "ddp": {"overlap_param_gather": False},
+                                              "fsdp": {"copies": True}},
                               "sim": {"granularity": "layer"}}
 # torchtitan's "selective" AC of its Llama 3 configs is the op policy (llama3_8b.toml:
 # mode = 'selective', selective_ac_option = 'op'; the MXFP8 doc says "per-op SAC").

@@ -78,8 +78,10 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
     m = micro_batches(scenario, cluster)
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
                      cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp,
-                     etp=dims.etp,
-                     fp8_gathers=train.fp8_recipe in FP8_GATHER_RECIPES)
+                     etp=dims.etp, fp8_gathers=train.fp8_recipe in FP8_GATHER_RECIPES,
+                     layout=cfg.layout,
+                     tp_overlap=par.tp_comm_overlap and dims.sp and dims.tp > 1,
+                     torch_ring=scenario.compute.attention_impl == "fa2")
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     schedule = make_schedule(kind, dims.pp, m, dims.vpp)
@@ -119,7 +121,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
         tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
         pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
         reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
-        fsdp_reduce_dtype=par.fsdp.reduce_dtype,
+        fsdp_reduce_dtype=par.fsdp.reduce_dtype, fsdp_copies=par.fsdp.copies,
     )
     options = replace(options, optimizer_step=optimizer_timer(scenario, cluster))
     if par.moe_dispatcher == "deepep" and plan.dims.ep > 1:

@@ -4,7 +4,8 @@ Every CP rank holds s/cp tokens (``shard.py``). Ring attention (Liu et al. 2023;
 Core's context parallelism) runs one blockwise attention step per ring member; between
 them each rank passes the K,V block it holds to the next rank of the ring (steps - 1
 passes), so each pass overlaps the block computed meanwhile. The backward passes K,V and
-dK,dV (twice the bytes). Each pass uses its own stream per ring link ("cp a>b"). The ring
+dK,dV (twice the bytes). PyTorch's ring adds its merge kernels to each block (``ring_merge.py``).
+Each pass uses its own stream per ring link ("cp a>b"). The ring
 is the CP group, or under a2a+p2p each group of CP ranks holding the same heads. The
 all-gather and all-to-all (Ulysses) variants are plain collectives (``shard.py``; their
 traffic in ``context_volume.py``).
@@ -26,20 +27,33 @@ def ring_block(op: Op, steps: int) -> Op:
     return Op(f"{op.name}.block", op.kind, op.flops / steps, op.bytes / steps, None, (), 0.0)
 
 
+def merge_time(ring: Ring, nbytes: float, duration: Callable[[Op], float]) -> float:
+    """Seconds per ring step of ``nbytes`` of merge kernels over the ring's steps (PyTorch's
+    ring, ``ring_merge.py``; memory-bound), 0 without them."""
+    if nbytes <= 0:
+        return 0.0
+    op = Op(f"{ring.op.name}.merge", "elementwise", 0.0, nbytes / ring.steps, None, (), 0.0)
+    return duration(op)
+
+
 def ring_forward(ring: Ring, kind: str, layer: int,
                  duration: Callable[[Op], float]) -> RingAttention:
-    """The forward (or, with ``kind`` "recompute", recomputed) ring attention of ``ring``."""
+    """The forward (or, with ``kind`` "recompute", recomputed) ring attention of ``ring``;
+    each block carries its share of the merge kernels."""
     blk = ring_block(ring.op, ring.steps)
-    return RingAttention(ring.op.name, kind, duration(blk), blk.flops, ring.kv_bytes,
+    base = duration(blk) + merge_time(ring, ring.merge_bytes[0], duration)
+    return RingAttention(ring.op.name, kind, base, blk.flops, ring.kv_bytes,
                          ring.steps, layer, ring.group)
 
 
 def ring_backward(ring: Ring, layer: int,
                   duration: Callable[[Op], float]) -> RingAttention:
-    """The backward: blocks of the attention backward; K,V and dK,dV passed on."""
+    """The backward: blocks of the attention backward (with their share of the
+    accumulation kernels); K,V and dK,dV passed on."""
     bwd = backward_ops(ring.op)[0]
     blk = ring_block(bwd, ring.steps)
-    return RingAttention(bwd.name, "backward", duration(blk), blk.flops, 2 * ring.kv_bytes,
+    base = duration(blk) + merge_time(ring, ring.merge_bytes[1], duration)
+    return RingAttention(bwd.name, "backward", base, blk.flops, 2 * ring.kv_bytes,
                          ring.steps, layer, ring.group)
 
 

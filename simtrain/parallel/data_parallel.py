@@ -17,44 +17,70 @@ DP composes with every other parallelism over the dp x cp group of each stage:
   reduce-scatter of its gradients after its backward, every microbatch; the FSDP2 knobs
   (``fsdp.py``) shard over an HSDP shard group with an all-reduce of each shard across
   the replicas, keep gathered units until their backward, prefetch further, and reduce
-  in another dtype.
+  in another dtype, and (``fsdp.copies``) run FSDP2's copy-out after each all-gather and
+  gradient copy-in before each reduce-scatter as compute-stream kernels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from simtrain.parallel.ddp import DP_STREAM, Bucket, assign_buckets
 from simtrain.parallel.emit import EXPERT_GRAD_GROUP, GRAD_GROUP, Emitter
 from simtrain.parallel.expert import split_expert
-from simtrain.parallel.fsdp import FSDP_REPLICATE_GROUP, FSDP_SHARD_GROUP
+from simtrain.parallel.fsdp import (
+    FSDP_REPLICATE_GROUP,
+    FSDP_SHARD_GROUP,
+    copy_in_bytes,
+    copy_out_bytes,
+)
 from simtrain.parallel.options import LowerOptions
 from simtrain.parallel.shard import Unit
-from simtrain.parallel.templates import GradScatter, ParamGather, Template
+from simtrain.parallel.templates import GradScatter, Kernel, ParamGather, Template
 from simtrain.workload.model import Op
 
 FSDP_AG_STREAM = "dp ag"
 HSDP_AR_STREAM = "dp ar"  # FSDP2's all-reduce stream: HSDP replicas' all-reduce
 
 
-def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions, *, gather: bool = True,
+def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions,
+              duration: Callable[[Op], float] | None = None, *, gather: bool = True,
               scatter: bool = False) -> list[Template]:
     """``body`` (the unit's templates of one phase) between the unit's FSDP all-gather (if
     ``gather``) and its gradient reduce-scatter (if ``scatter``); ``body`` alone without
-    sharded parameters."""
-    pbytes = sum(p.numel for p in unit.params)
-    if not (o.fsdp and pbytes):
+    sharded parameters. With ``o.fsdp_copies`` (FSDP2) the all-gather's copy-out follows
+    it and the gradients' copy-in precedes the reduce-scatter, as kernels timed by
+    ``duration``."""
+    numel = sum(p.numel for p in unit.params)
+    if not (o.fsdp and numel):
         return body
+    copies = o.fsdp_copies and duration is not None
+    kind = next((t.kind for t in body if isinstance(t, Kernel)), "forward")
     out: list[Template] = []
     if gather:
-        out.append(ParamGather(f"fsdp ag {unit.name}", pbytes * o.dtype_bytes, unit.name,
+        out.append(ParamGather(f"fsdp ag {unit.name}", numel * o.dtype_bytes, unit.name,
                                o.fsdp_prefetch, not o.reshard_after_forward))
+        if copies:
+            out.append(_copy(f"{unit.name}.fsdp_copy_out", kind, unit.layer,
+                             copy_out_bytes(numel, o.dtype_bytes), duration))
     out += body
     if scatter:
-        out.append(GradScatter(f"fsdp rs {unit.name}", pbytes * o.fsdp_reduce_bytes,
+        if copies:
+            out.append(_copy(f"{unit.name}.fsdp_copy_in", "backward", unit.layer,
+                             copy_in_bytes(numel, o.dtype_bytes, o.fsdp_reduce_bytes),
+                             duration))
+        out.append(GradScatter(f"fsdp rs {unit.name}", numel * o.fsdp_reduce_bytes,
                                unit.name, o.fsdp_reduce_dtype))
     return out
+
+
+def _copy(name: str, kind: str, layer: int, nbytes: float,
+          duration: Callable[[Op], float] | None) -> Kernel:
+    """A memory-bound FSDP2 copy kernel of ``nbytes`` HBM traffic on the compute stream."""
+    assert duration is not None
+    return Kernel(name, kind, duration(Op(name, "elementwise", 0.0, nbytes, None, (), 0.0)),
+                  layer=layer)
 
 
 def emit_param_gather(em: Emitter, stage: int, t: ParamGather, meta: dict[str, Any],

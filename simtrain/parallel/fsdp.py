@@ -22,6 +22,17 @@ its backward. The knobs, as PyTorch FSDP2 names them:
 - ``reduce_dtype`` (FSDP2 ``MixedPrecisionPolicy.reduce_dtype``): the element type of the
   gradient reduce-scatter (and HSDP all-reduce) on the wire; None: the gradient dtype
   ``parallelism.ddp.grad_dtype``. Gradient memory stays in ``ddp.grad_dtype``.
+- ``copies`` (PyTorch FSDP2's per-parameter sharding, ``torch.distributed.fsdp.
+  _fully_shard._fsdp_collectives``): the all-gather lands in one flat buffer, and
+  ``foreach_all_gather_copy_out`` then copies it into each parameter's unsharded tensor
+  (``split_with_sizes_copy``) on the compute stream, after waiting for the all-gather;
+  before each reduce-scatter ``foreach_reduce_scatter_copy_in`` copies the unsharded
+  gradients (param dtype) into one flat buffer of the reduce dtype (``_chunk_cat``),
+  also on the compute stream (it runs before ``reduce_scatter_stream.wait_stream
+  (current_stream)``). Two memory-bound kernels per unit and phase that compute waits
+  for (``copy_out_bytes``, ``copy_in_bytes``). False: parameters and gradients are views
+  of flat buffers the collectives read and write directly (FSDP1's FlatParameter,
+  Megatron-FSDP's contiguous buffers), no copies.
 """
 
 from __future__ import annotations
@@ -52,6 +63,9 @@ class FSDPConfig(BaseModel):
     reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         None, description="gradient reduce-scatter / all-reduce dtype; None: "
         "parallelism.ddp.grad_dtype")
+    copies: bool = Field(
+        False, description="FSDP2's copy-out after each all-gather and gradient copy-in "
+        "before each reduce-scatter, on the compute stream (false: flat-buffer views)")
 
 
 def check_fsdp(cfg: FSDPConfig, *, zero: int, dp: int, cp: int) -> list[tuple[str, str]]:
@@ -83,6 +97,19 @@ def gathered_bytes(unit_bytes: Sequence[float], prefetch: int, reshard: bool) ->
     if not reshard:
         return total
     return min(total, (prefetch + 1) * float(max(unit_bytes)))
+
+
+def copy_out_bytes(numel: float, param_bytes: float) -> float:
+    """HBM bytes of FSDP2's all-gather copy-out of ``numel`` parameters: the flat
+    all-gather output read and each parameter's unsharded tensor written, 2·numel·b."""
+    return 2.0 * numel * param_bytes
+
+
+def copy_in_bytes(numel: float, grad_bytes: float, reduce_bytes: float) -> float:
+    """HBM bytes of FSDP2's reduce-scatter copy-in of ``numel`` gradients: each unsharded
+    gradient read (param dtype) and the flat reduce-dtype buffer written (cast in the
+    same kernel), numel·(g + r)."""
+    return numel * (grad_bytes + reduce_bytes)
 
 
 @dataclass(frozen=True, slots=True)

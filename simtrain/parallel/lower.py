@@ -101,14 +101,15 @@ class Lowering:
             # 2. the layer program, 3. FSDP around each unit.
             if phase == "F":
                 body = program.forward(unit, "forward", cp, duration)
-                out += data_parallel.with_fsdp(unit, body, o)
+                out += data_parallel.with_fsdp(unit, body, o, duration)
             elif phase == "B":
                 body = program.backward(unit, o.recompute, cp, duration,
                                         "input" if split else "all")
-                out += data_parallel.with_fsdp(unit, body, o, scatter=not split)
+                out += data_parallel.with_fsdp(unit, body, o, duration, scatter=not split)
             else:  # "W": the weight gradients deferred from B, then their reduce-scatter
                 body = program.backward(unit, o.recompute, cp, duration, "weight")
-                out += data_parallel.with_fsdp(unit, body, o, gather=False, scatter=True)
+                out += data_parallel.with_fsdp(unit, body, o, duration, gather=False,
+                                                scatter=True)
         # EP all-to-alls carry each rank's routed bytes (all-to-all-v) under imbalance or
         # a DeepEP dispatch.
         out = with_route_splits(out, self.dims.ep, o.imbalance, o.capacity_factor,

@@ -55,6 +55,7 @@ class LowerOptions:
     reshard_after_forward: bool = True
     fsdp_prefetch: int = 1
     fsdp_reduce_dtype: str | None = None  # None: gradients reduced in their own dtype
+    fsdp_copies: bool = False  # FSDP2's copy-out / copy-in kernels (fsdp.FSDPConfig.copies)
 
     def __post_init__(self) -> None:
         if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:

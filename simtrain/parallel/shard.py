@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
+from simtrain.parallel.ring_merge import backward_merge_bytes, forward_merge_bytes
+from simtrain.parallel.sp_layout import layout_copies
 from simtrain.parallel.templates import unhandled
 from simtrain.workload.fp8 import FP8_GATHER_SHARE, gathers_fp8
 from simtrain.workload.layers import (
@@ -97,6 +99,9 @@ class Ring:
     kv_bytes: float
     steps: int
     group: str = "cp"
+    # PyTorch's ring (``ring_merge.py``): HBM bytes of its merge kernels per ring
+    # attention, forward and backward; (0, 0) for fused corrections (Transformer Engine).
+    merge_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 Step = Compute | Comm | Ring
@@ -118,11 +123,17 @@ class Unit:
 @dataclass(frozen=True)
 class ShardSpec(Shard):
     """Degrees that shape one rank's ops, and how CP attends (``context_volume.py``);
-    ``cp_a2a``: the CP ranks of each all-to-all (cp for a2a, 1 for ring and allgather)."""
+    ``cp_a2a``: the CP ranks of each all-to-all (cp for a2a, 1 for ring and allgather);
+    ``layout``: the activations' "sbh" or "bsh" order, ``tp_overlap``: async TP on
+    (``sp_layout.py``: the copies a batch-first layout adds around SP collectives);
+    ``torch_ring``: ring attention is PyTorch's, with its merge kernels (``ring_merge.py``)."""
 
     cp_algorithm: str = "ring"
     cp_a2a: int = 1
     fp8_gathers: bool = False  # SP all-gathers of FP8 GEMM operands move FP8 (workload.fp8)
+    layout: str = "sbh"
+    tp_overlap: bool = False
+    torch_ring: bool = False  # PyTorch's ring attention (ring_merge.py)
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
@@ -150,14 +161,16 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
             case Site(kind="f"):  # Megatron's f before a column-parallel GEMM
                 nxt = items[i + 1] if i + 1 < len(items) else None
                 fwd = item.nbytes * _fp8_share(spec, "f", nxt)
-                steps += (_comm(item.name, "tp", "all_gather", "reduce_scatter", fwd, t,
-                                bwd_nbytes=item.nbytes)
-                          if sp else _comm(item.name, "tp", None, "all_reduce", item.nbytes, t))
+                steps += _sp_site(item, spec, (
+                    _comm(item.name, "tp", "all_gather", "reduce_scatter", fwd, t,
+                          bwd_nbytes=item.nbytes)
+                    if sp else _comm(item.name, "tp", None, "all_reduce", item.nbytes, t)))
             case Site(kind="g"):  # Megatron's g after a row-parallel GEMM
                 bwd = item.nbytes * _fp8_share(spec, "g", items[i - 1] if i else None)
-                steps += (_comm(item.name, "tp", "reduce_scatter", "all_gather", item.nbytes, t,
-                                bwd_nbytes=bwd)
-                          if sp else _comm(item.name, "tp", "all_reduce", None, item.nbytes, t))
+                steps += _sp_site(item, spec, (
+                    _comm(item.name, "tp", "reduce_scatter", "all_gather", item.nbytes, t,
+                          bwd_nbytes=bwd)
+                    if sp else _comm(item.name, "tp", "all_reduce", None, item.nbytes, t)))
             case Site(kind="dispatch" | "combine"):
                 route = "to_experts" if item.kind == "dispatch" else "from_experts"
                 steps += _comm(item.name, "ep", "all_to_all", "all_to_all", item.nbytes,
@@ -169,6 +182,16 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
     return Unit(program.name, tuple(steps), layer=program.layer)
 
 
+def _sp_site(item: Site, spec: ShardSpec, comm: list[Step]) -> list[Step]:
+    """``comm`` (the f or g collective of ``item``) with the copies a batch-first layout
+    adds around SP collectives (``sp_layout.layout_copies``); as is otherwise."""
+    if not (comm and spec.sp and spec.layout == "bsh") or item.kind not in ("f", "g"):
+        return comm
+    before, after = layout_copies(item.name, item.kind, item.nbytes, spec.tp,
+                                  spec.tp_overlap)
+    return [*(Compute(op) for op in before), *comm, *(Compute(op) for op in after)]
+
+
 def _context(item: ContextAttention, spec: ShardSpec) -> list[Step]:
     """The CP attention of ``item`` under ``spec.cp_algorithm`` (``context_volume.py``)."""
     cp, u = spec.cp, spec.cp_a2a
@@ -176,7 +199,7 @@ def _context(item: ContextAttention, spec: ShardSpec) -> list[Step]:
         return [*_comm(item.gather_name, "cp", "all_gather", "reduce_scatter",
                        item.kv_bytes * cp, cp), Compute(item.core)]
     if u == 1:
-        return [Ring(item.core, item.kv_bytes, cp)]
+        return [Ring(item.core, item.kv_bytes, cp, merge_bytes=_merges(item, cp, spec))]
     # Ulysses: Q, K, V to all tokens x heads/u, attention, the output back; the backward
     # reverses both (dO, then dQ, dK, dV). The full attention of the rank's heads has the
     # FLOPs and bytes of ``item.core`` (s/cp queries x all heads = s queries x heads/cp).
@@ -188,6 +211,15 @@ def _context(item: ContextAttention, spec: ShardSpec) -> list[Step]:
                  Ring(item.core, item.kv_bytes, cp // u, CP_RING_GROUP))
     steps.append(Comm(f"{attn}.out_a2a", group, "all_to_all", "all_to_all", item.o_bytes))
     return steps
+
+
+def _merges(item: ContextAttention, steps: int, spec: ShardSpec) -> tuple[float, float]:
+    """(forward, backward) bytes of PyTorch's ring merges for ``item`` (bf16 SDPA tensors:
+    2 B per element of its output and K,V); none for other rings."""
+    if not spec.torch_ring:
+        return 0.0, 0.0
+    e, kv = item.o_bytes / 2, item.kv_bytes / 2
+    return forward_merge_bytes(e, kv, steps), backward_merge_bytes(e, kv, steps)
 
 
 def block_unit(cfg: ModelConfig, i: int, b: int, s: int, dt: int, spec: ShardSpec) -> Unit:

@@ -11,7 +11,9 @@
   the torchtitan commits of the validation suites). torchtitan's Llama calls SDPA, its
   activation-checkpoint save list names exactly the flash and memory-efficient SDPA ops,
   and PyTorch's context parallelism (``torch.distributed.tensor.experimental.
-  context_parallel``, 2024-25) dispatches only those two backends.
+  context_parallel``, 2024-25) dispatches only those two backends. Its ring attention
+  is PyTorch's, one SDPA call per ring step merged by separate fp32 kernels: with ``fa2``
+  each ring step also pays them (``simtrain.parallel.ring_merge``).
 
 FA2's efficiency (Dao 2023, "FlashAttention-2", Sec. 4.1): forward + backward reaches
 "up to 225 TFLOPs/s" on A100 (72% of 312) and, the same code on H100, "up to 335 TFLOPs/s"

@@ -158,6 +158,10 @@ class ModelConfig(BaseModel):
     # "eager" (PyTorch's aten ops one by one, torchtitan without torch.compile;
     # simtrain.workload.eager).
     elementwise: Literal["fused", "eager"] = "fused"
+    # Activation order: "sbh" (sequence first, Megatron-Core) or "bsh" (batch first,
+    # PyTorch-native models such as torchtitan's Llama: sequence-parallel collectives copy
+    # around themselves; simtrain.parallel.sp_layout).
+    layout: Literal["sbh", "bsh"] = "sbh"
     # Mixture of experts (every layer's MLP): 0 = dense. Each token goes to
     # ``experts_per_token`` of ``num_experts`` experts of width ``moe_ffn_hidden_size``
     # (None: ffn_hidden_size). ``capacity_factor`` caps tokens per expert at that multiple

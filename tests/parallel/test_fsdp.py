@@ -7,7 +7,7 @@ import pytest
 
 from simtrain import ScenarioError, load_scenario, simulate
 from simtrain.hardware.topology import build_cluster
-from simtrain.parallel.fsdp import fsdp_traffic, gathered_bytes
+from simtrain.parallel.fsdp import copy_in_bytes, copy_out_bytes, fsdp_traffic, gathered_bytes
 from simtrain.simulate import build_graph, build_plan, memory_report
 
 # tiny-gpt (GPT: biases, two LayerNorms) layer, h = 256, ffn 1024: qkv 256·768 + 768 =
@@ -143,6 +143,37 @@ def test_hsdp_symmetric_fidelity_matches_explicit():
     exp = simulate(_scenario(par)).summary
     sym = simulate(_scenario(par, fidelity="symmetric")).summary
     assert sym["step_time_s"] == pytest.approx(exp["step_time_s"], rel=1e-6)
+
+
+def test_fsdp2_copy_bytes_by_hand():
+    # One tiny-gpt layer, 789,760 parameters: copy-out reads the flat bf16 all-gather output
+    # and writes the parameters, 2·789,760·2 = 3,159,040 B; copy-in reads the bf16 gradients
+    # and writes the fp32 reduce buffer, 789,760·(2 + 4) = 4,738,560 B.
+    assert copy_out_bytes(LAYER, 2) == 3_159_040
+    assert copy_in_bytes(LAYER, 2, 4) == 4_738_560
+
+
+def test_fsdp2_copies_run_on_the_compute_stream_between_the_collectives():
+    # dgx-a100 (A100 80GB, 2.039 TB/s x 0.85 = 1.73315e12 B/s), launch 3 us: copy-out
+    # 3,159,040 / 1.73315e12 + 3e-6 = 4.82272e-6 s, copy-in (fp32 reduce, ddp.grad_dtype's
+    # default) 4,738,560 / 1.73315e12 + 3e-6 = 5.73407e-6 s.
+    g = _graph(_scenario({"copies": True}))
+    outs = [t for t in _named(g, "layers.1.fsdp_copy_out") if t.ranks == (0,)]
+    ins = [t for t in _named(g, "layers.1.fsdp_copy_in") if t.ranks == (0,)]
+    assert len(outs) == 2 and len(ins) == 1  # forward and backward gathers, one scatter
+    assert {t.stream for t in outs + ins} == {"compute"}
+    assert outs[0].duration == pytest.approx(4.82272e-6, rel=1e-5)
+    assert ins[0].duration == pytest.approx(5.73407e-6, rel=1e-5)
+    gathers = {t.id for t in _named(g, "fsdp ag layers.1")}
+    assert all(gathers & set(t.deps) for t in outs)  # each copy-out waits for its gather
+    rs = [t for t in _named(g, "fsdp rs layers.1") if 0 in t.ranks]
+    assert ins[0].id in rs[0].deps  # the reduce-scatter waits for the copy-in
+    assert not _named(_graph(_scenario()), "layers.1.fsdp_copy_out")  # off by default
+
+
+def test_fsdp2_copies_lengthen_the_step():
+    on = simulate(_scenario({"copies": True})).summary["step_time_s"]
+    assert on > simulate(_scenario()).summary["step_time_s"]
 
 
 @pytest.mark.parametrize("par,match", [
