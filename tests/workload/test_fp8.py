@@ -137,3 +137,18 @@ def test_expert_gemms_cast_their_own_inputs() -> None:
                 role="expert", groups=16)
     assert cast_kernels(expert, "mxfp8", 2) == [1040.0, 260.0]
     assert cast_kernels(dense, "mxfp8", 2) == [4.0625 * 4.0]
+
+
+def test_blockwise_casts_by_hand() -> None:
+    # DeepSeek-V3's 1x128 / 128x128 recipe: 4 B (read BF16, write FP8 rowwise and
+    # columnwise) + one FP32 scale per 128 elements of each copy, 2·4/128 = 0.0625 B.
+    assert cast_bytes_per_element("blockwise") == 4.0625
+    # QKV (8, 4, 2), 2 microbatches: the norm writes BF16, so X (16 elements) is cast too,
+    # 16 x 4.0625 = 65 B, and W (4·2 / 2 = 4 elements) 16.25 B; no amax launches.
+    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "blockwise", 2) == [65.0, 16.25]
+
+
+def test_blockwise_is_hopper_only() -> None:
+    check_fp8("hopper", "h800", "blockwise")
+    with pytest.raises(ValueError, match="Hopper only"):
+        check_fp8("blackwell", "b200", "blockwise")
