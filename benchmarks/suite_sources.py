@@ -269,13 +269,16 @@ def automodel(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
     rows = []
     for r in source["rows"]:
         name = re.sub(r"\s*\(\d\d\.\d\d\)$", "", r["model"])
+        # "kernels: TE + DeepEP" (source): the EP all-to-alls run DeepEP's dispatch.
+        deepep = "DeepEP" in r.get("kernels", "") and (r.get("ep") or 1) > 1
         rows.append(make_row(
             rid=slug(name, f"{r['gpus']}gpu"), src=r,
             published={"iteration_time_ms": round(r["step_s"] * 1e3, 3),
                        "tokens_per_s_per_gpu": r["tok_s_gpu"]},
             model=name, shapes=shapes, seq=r["seq"], system="DGX-H100", gpus=r["gpus"],
             gbs=r["gbs"], mbs=r["mbs"], tp=r["tp"], pp=r["pp"], cp=r["cp"], vp=r.get("vp"),
-            ep=r.get("ep"), fsdp=True, prec="BF16"))
+            ep=r.get("ep"), fsdp=True, prec="BF16",
+            par={"moe_dispatcher": "deepep"} if deepep else None))
     return unique(rows)
 
 

@@ -17,13 +17,14 @@ class FP8Config(BaseModel):
 
     ``recipe``: Transformer Engine scaling recipe — ``delayed`` (amax history of earlier
     steps, TE's DelayedScaling), ``current`` (per-tensor scale from this tensor's amax,
-    Float8CurrentScaling) or ``mxfp8`` (1x32 block scales, MXFP8BlockScaling; Blackwell
-    only). See simtrain.workload.fp8 for what each costs.
+    Float8CurrentScaling), ``mxfp8`` (1x32 block scales, MXFP8BlockScaling; Blackwell
+    only) or ``blockwise`` (1x128 / 128x128 tile scales, DeepSeek-V3's recipe and TE's
+    Float8BlockScaling; Hopper only). See simtrain.workload.fp8 for what each costs.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    recipe: Literal["delayed", "current", "mxfp8"] = "delayed"
+    recipe: Literal["delayed", "current", "mxfp8", "blockwise"] = "delayed"
 
 
 class TrainingConfig(BaseModel):

@@ -32,6 +32,13 @@ Recipes (TE ``recipe.DelayedScaling``, ``Float8CurrentScaling``, ``MXFP8BlockSca
 - ``mxfp8`` (Blackwell only: 1x32 blocks with E8M0 scales in hardware): scales are
   computed inside the cast; it writes rowwise and columnwise copies plus one scale byte
   per 32 elements of each: +2/32 B per element.
+- ``blockwise`` (Hopper: DeepSeek-V3's fine-grained FP8, arXiv:2412.19437 Sec. 3.3.1,
+  "1x128 tile" activation and gradient scales and "128x128 block" weight scales; TE's
+  ``Float8BlockScaling``): each tile's scale comes from its own amax inside the cast (no
+  separate amax pass), one FP32 scale per 128 elements of the rowwise and of the
+  columnwise copy: +2·4/128 B per element. The norm and activation write BF16 and the
+  cast runs as its own kernel, as under current scaling (the fused norm/activation casts
+  of ``FUSED_INPUT_CASTS`` produce per-tensor or MXFP8 scales).
 
 Sequence-parallel all-gathers of an FP8 GEMM's own operand move FP8 (1 B per element, not
 BF16's 2): the "f" all-gather of the input to QKV and the dense fc1, and the backward
@@ -55,11 +62,14 @@ from __future__ import annotations
 from simtrain.workload.compute import ComputeConfig, GPULike, gemm_efficiency, op_time
 from simtrain.workload.model import Op
 
-FP8_RECIPES = ("delayed", "current", "mxfp8")
+FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise")
 # Architectures whose tensor cores have FP8 (Hopper, Ada, Blackwell; CDNA3 has OCP FP8);
 # MXFP8 block scaling is a Blackwell (5th-gen tensor core) feature.
 FP8_ARCHS = ("hopper", "blackwell", "cdna3")
 MXFP8_ARCHS = ("blackwell",)
+# 1x128 / 128x128 block-scaled FP8 GEMMs: Hopper (the sources' blockwise runs are H800,
+# DeepSeek-V3 Sec. 3.3, and DGX-H100, Megatron Bridge 25.09; DeepGEMM is SM90 code).
+BLOCKWISE_ARCHS = ("hopper",)
 # GEMMs that stay BF16 under FP8 training (name suffixes of simtrain.workload.model ops).
 BF16_GEMMS = (".router", "lm_head")
 # FP8 GEMMs whose input is written in FP8 by the norm or activation kernel before them.
@@ -104,6 +114,10 @@ def check_fp8(arch: str, gpu_name: str, recipe: str) -> None:
     if recipe == "mxfp8" and arch not in MXFP8_ARCHS:
         raise ValueError(f"training.fp8.recipe mxfp8 needs Blackwell tensor cores, but "
                          f"{gpu_name} is {arch}; use recipe delayed or current")
+    if recipe == "blockwise" and arch not in BLOCKWISE_ARCHS:
+        raise ValueError(f"training.fp8.recipe blockwise is modelled on Hopper only, but "
+                         f"{gpu_name} is {arch}; use mxfp8 (block scales on Blackwell), "
+                         f"delayed or current")
 
 
 def runs_in_fp8(op: Op) -> bool:
@@ -124,8 +138,10 @@ def gathers_fp8(site_kind: str, gemm: Op) -> bool:
 
 def cast_bytes_per_element(recipe: str) -> float:
     """HBM bytes per element of one cast_transpose: read 2 (BF16), write 1 + 1 (FP8 and
-    its transpose), +2 (amax pass) for current scaling, +2/32 (block scales) for MXFP8."""
-    extra = {"delayed": 0.0, "current": 2.0, "mxfp8": 2.0 / 32.0}[recipe]
+    its transpose), +2 (amax pass) for current scaling, +2/32 (block scales) for MXFP8,
+    +8/128 (FP32 tile scales) for blockwise."""
+    extra = {"delayed": 0.0, "current": 2.0, "mxfp8": 2.0 / 32.0,
+             "blockwise": 2.0 * 4.0 / 128.0}[recipe]
     return 4.0 + extra
 
 

@@ -214,3 +214,16 @@ def test_fp8_sp_gathers_halve_forward_f_and_backward_g() -> None:
     plain = [s for s in block_unit(cfg, 0, 1, 16, 2, ShardSpec(tp=2, sp=True)).steps
              if isinstance(s, Comm)]
     assert {(c.nbytes, c.backward_nbytes) for c in plain} == {(256.0, 256.0)}
+def test_blockwise_casts_by_hand() -> None:
+    # DeepSeek-V3's 1x128 / 128x128 recipe: 4 B (read BF16, write FP8 rowwise and
+    # columnwise) + one FP32 scale per 128 elements of each copy, 2·4/128 = 0.0625 B.
+    assert cast_bytes_per_element("blockwise") == 4.0625
+    # QKV (8, 4, 2), 2 microbatches: the norm writes BF16, so X (16 elements) is cast too,
+    # 16 x 4.0625 = 65 B, and W (4·2 / 2 = 4 elements) 16.25 B; no amax launches.
+    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "blockwise", 2) == [65.0, 16.25]
+
+
+def test_blockwise_is_hopper_only() -> None:
+    check_fp8("hopper", "h800", "blockwise")
+    with pytest.raises(ValueError, match="Hopper only"):
+        check_fp8("blackwell", "b200", "blockwise")
