@@ -322,8 +322,10 @@ SPECS_MEGATRON = [
               choices=[
                   "Compared: step time (time per global step) and tokens/s/GPU. FSDP2 over the",
                   "data-parallel group (zero 3), micro-batch = the published MBS, no activation",
-                  "recompute (not stated), DGX H100 preset."],
-              base={"parallelism": {"order": ORDER}, "sim": {"granularity": "layer"}}),
+                  "recompute (not stated), DGX H100 preset. FSDP2 is torch fully_shard (source:",
+                  "'PyTorch-native backend: FSDP2'): its copy-out/copy-in kernels run."],
+              base={"parallelism": {"order": ORDER, "fsdp": {"copies": True}},
+                    "sim": {"granularity": "layer"}}),
     SuiteSpec("mcore-moe-mixtral", "megatron_core_moe_readme_mixtral", "mcore-2024-model",
               mcore_moe, choices=MEGATRON_CHOICES + [
                   "Compared in TFLOP/s per GPU with Megatron-Core's formula (MoE: top-k experts,",
