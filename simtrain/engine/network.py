@@ -4,8 +4,10 @@ A transfer is a flow along a route (a tuple of directed link ids). Concurrent fl
 link share its bandwidth max-min fairly (progressive filling); rates are recomputed only
 when a flow starts or ends, and the network sleeps until the next completion. This is what
 makes contention real: flows that share a link slow each other, flows on disjoint links
-do not. The sharing itself (``max_min_rates``) lives in ``simtrain.engine.sharing``, the
-endpoints and the fabric interface in ``simtrain.engine.fabric``; both are re-exported here.
+do not. A batch of flows started together on links no other flow uses runs as one unit
+(``simtrain.engine.isolated``) until a later flow joins one of its links. The sharing
+itself (``max_min_rates``) lives in ``simtrain.engine.sharing``, the endpoints and the
+fabric interface in ``simtrain.engine.fabric``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -226,11 +228,12 @@ class FlowNetwork:
         users, alone = self._users, self._alone
         live: list[_Flow] = []
         for pending, crossed in zip(fresh, links, strict=True):
-            joined = {id(a): a for a in (alone.get(link) for link in crossed) if a is not None}
-            if not joined and not (shared and not shared.isdisjoint(crossed)) and \
-                    not any(link in users for link in crossed):
+            # (set operations: C loops over the smaller side)
+            if alone.keys().isdisjoint(crossed) and users.keys().isdisjoint(crossed) and \
+                    shared.isdisjoint(crossed):
                 self._run_alone(pending, crossed)
                 continue
+            joined = {id(a): a for a in (alone.get(link) for link in crossed) if a is not None}
             for isolated in joined.values():
                 live += self._expand(isolated)
             live += self._register(pending)
