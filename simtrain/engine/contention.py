@@ -13,6 +13,7 @@ the task's process on every change.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from heapq import heappush
 
@@ -66,6 +67,10 @@ class ComputeSharing:
     # Called with a rank after its load changed (the executor re-times the chains it ran
     # ahead on that rank: simtrain.engine.ahead).
     on_change: Callable[[int], None] | None = None
+    # Ranks nobody simulates (symmetric fidelity's mirrors): they run no compute, so a
+    # collective's load on them is not kept (a 64-rank all-to-all may hold one real rank).
+    virtual: AbstractSet[int] = frozenset()
+    _members: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
 
     def run(self, rank: int, work: float, flops: float) -> simpy.Event:
         """Start ``work`` seconds of compute on ``rank``; the event fires when it is done."""
@@ -80,7 +85,10 @@ class ComputeSharing:
         """A collective with (SM, HBM) ``share`` starts (+1) or ends (-1) on ``ranks``:
         settle each running compute there and re-time it at its new rate."""
         now = self.env.now
-        for rank in ranks:
+        members = self._members.get(ranks)
+        if members is None:
+            members = self._members[ranks] = tuple(r for r in ranks if r not in self.virtual)
+        for rank in members:
             load = self.load.setdefault(rank, [0.0, 0.0, 0.0])
             load[0] += delta
             load[1] += delta * share[0]

@@ -4,8 +4,10 @@ A transfer is a flow along a route (a tuple of directed link ids). Concurrent fl
 link share its bandwidth max-min fairly (progressive filling); rates are recomputed only
 when a flow starts or ends, and the network sleeps until the next completion. This is what
 makes contention real: flows that share a link slow each other, flows on disjoint links
-do not. The sharing itself (``max_min_rates``) lives in ``simtrain.engine.sharing``, the
-endpoints and the fabric interface in ``simtrain.engine.fabric``; both are re-exported here.
+do not. A batch of flows started together on links no other flow uses runs as one unit
+(``simtrain.engine.isolated``) until a later flow joins one of its links. The sharing
+itself (``max_min_rates``) lives in ``simtrain.engine.sharing``, the endpoints and the
+fabric interface in ``simtrain.engine.fabric``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import simpy
 
@@ -27,6 +30,7 @@ from simtrain.engine.fabric import (  # noqa: F401  (re-exported: one import for
     relocate,
     switch_bytes,
 )
+from simtrain.engine.isolated import Ends, Trajectory, trajectory
 from simtrain.engine.sharing import (  # noqa: F401
     check_transfers,
     couple,
@@ -73,6 +77,43 @@ class _Flow:
             self.updated = now
 
 
+@dataclass(eq=False, slots=True)
+class _Pending:
+    """A batch's flows (sizes > 0, routes not empty) started this instant, not yet rated;
+    their flow ids are ``first``, ``first + 1``, ... (reserved at the start)."""
+
+    batch: _Batch
+    index: list[int]  # each flow's position in the batch's finish list
+    routes: tuple[tuple[int, ...], ...]
+    nbytes: tuple[float, ...]
+    cap: float
+    weights: tuple[tuple[float, ...] | None, ...] | None
+    first: int
+
+
+class _Split(NamedTuple):
+    """A transfer list as checked, and the flows of it that move bytes."""
+
+    transfers: Sequence[tuple[tuple[int, ...], float]]
+    weights: Sequence[tuple[float, ...] | None] | None
+    keep: list[int]  # indices of the flows that move bytes
+    routes: tuple[tuple[int, ...], ...]
+    nbytes: tuple[float, ...]
+    kept: tuple[tuple[float, ...] | None, ...] | None
+
+
+@dataclass(eq=False, slots=True)
+class _Isolated:
+    """A batch running alone on its links as one unit (``simtrain.engine.isolated``)."""
+
+    id: int  # its first flow's id (the heap orders it as that flow)
+    flows: _Pending
+    links: frozenset[int]
+    start: float
+    path: Trajectory
+    stamp: int = 0
+
+
 class FlowNetwork:
     """Executes byte transfers as flows sharing link bandwidth inside a SimPy environment.
 
@@ -89,15 +130,22 @@ class FlowNetwork:
         # Usable bytes/s per link: line rate unless the caller derates it (protocol overhead).
         self.capacity = list(capacity) if capacity is not None else [ln.bandwidth for ln in links]
         check_transfers((), self.capacity)
-        self._flows: dict[int, _Flow] = {}
+        self._flows: dict[int, _Flow | _Isolated] = {}
         self._users: dict[int, dict[int, _Flow]] = {}  # link -> active flows on it, by id
         self._heap: list[tuple[float, int, int]] = []  # (finish, flow id, stamp)
         self._next_id = 0
         self._version = 0
-        self._fresh: list[_Flow] = []  # started this instant, not yet rated
+        self._fresh: list[_Pending] = []  # started this instant, not yet rated
+        # Batches running alone on their links (simtrain.engine.isolated): link -> batch,
+        # and their evolutions by (routes, sizes, cap, weights).
+        self._alone: dict[int, _Isolated] = {}
+        self._paths: dict[tuple[object, ...], Trajectory] = {}
+        self._mine: dict[tuple[object, ...], tuple[tuple[object, ...], Trajectory]] = {}
+        self._links: dict[int, tuple[tuple[tuple[int, ...], ...], frozenset[int]]] = {}
         # max-min rates by (routes, caps, weights) of a connected set (``_recompute``)
         self._rates: dict[tuple[object, ...], list[float]] = {}
         self._checked: dict[int, tuple[float, ...]] = {}  # weight tuples found valid, by id
+        self._split: dict[int, _Split] = {}  # transfer lists checked, by id
         self._flush_due = False
 
     def transfer(self, route: tuple[int, ...], nbytes: float) -> simpy.Event:
@@ -116,6 +164,37 @@ class FlowNetwork:
         arrival time. ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing;
         ``weights`` gives per-link multiplicities (see ``max_min_rates``).
         """
+        # The engine hands the same lists for every run of a phase (engine.prepared): they
+        # are checked and split into the flows that move bytes once.
+        split = self._split.get(id(transfers))
+        if split is None or split[0] is not transfers or split[1] is not weights:
+            split = self._checked_split(transfers, cap, weights)
+        elif not cap > 0:
+            check_transfers((), None, [cap])
+        _, _, index, routes, nbytes, kept = split
+        now = self.env.now
+        batch = _Batch(self.env.event(), [now] * len(transfers), 0)
+        if not index:
+            batch.done.succeed(batch.finish)
+            return batch.done
+        batch.pending = len(index)
+        self._fresh.append(_Pending(batch, index, routes, nbytes, cap, kept, self._next_id))
+        self._next_id += len(index)
+        # Flows that start at this instant are rated together: the first start schedules
+        # one recomputation after the events already due now, and the starts that follow
+        # at the same time (other collectives, other phases) join it.
+        if not self._flush_due:
+            self._flush_due = True
+            flush = self.env.event()
+            flush.callbacks.append(self._flush)
+            flush.succeed()
+        return batch.done
+
+    def _checked_split(self, transfers: Sequence[tuple[tuple[int, ...], float]], cap: float,
+                       weights: Sequence[tuple[float, ...] | None] | None
+                       ) -> _Split:
+        """ValueError on a bad size, cap or weight; else (transfers, weights, indices of
+        the flows that move bytes, their routes, sizes and weights), remembered."""
         check_transfers(transfers, None, [cap])
         checked = self._checked
         for w in weights or ():
@@ -126,41 +205,122 @@ class FlowNetwork:
             if len(checked) >= _RATES_MEMO:
                 checked.clear()
             checked[id(w)] = w
-        now = self.env.now
-        batch = _Batch(self.env.event(), [now] * len(transfers), 0)
-        flows = []
-        for i, (route, nbytes) in enumerate(transfers):
-            if nbytes <= 0 or not route:
-                continue
-            flow = _Flow(self._next_id, route, nbytes, batch, i, cap,
-                         None if weights is None else weights[i], updated=now)
-            self._next_id += 1
-            flows.append(flow)
-        if not flows:
-            batch.done.succeed(batch.finish)
-            return batch.done
-        batch.pending = len(flows)
-        for flow in flows:
-            self._flows[flow.id] = flow
-            for link in flow.route:
-                self._users.setdefault(link, {})[flow.id] = flow
-        # Flows that start at this instant are rated together: the first start schedules
-        # one recomputation after the events already due now, and the starts that follow
-        # at the same time (other collectives, other phases) join it.
-        self._fresh.extend(flows)
-        if not self._flush_due:
-            self._flush_due = True
-            flush = self.env.event()
-            flush.callbacks.append(self._flush)
-            flush.succeed()
-        return batch.done
+        index = [i for i, (route, nbytes) in enumerate(transfers) if nbytes > 0 and route]
+        routes = tuple(transfers[i][0] for i in index)
+        nbytes = tuple(transfers[i][1] for i in index)
+        kept = None if weights is None else tuple(weights[i] for i in index)
+        split = _Split(transfers, weights, index, routes, nbytes, kept)
+        if len(self._split) >= _RATES_MEMO:
+            self._split.clear()
+        self._split[id(transfers)] = split
+        return split
 
     def _flush(self, _event: simpy.Event) -> None:
         fresh, self._fresh = self._fresh, []
         self._flush_due = False
-        live = [flow for flow in fresh if flow.id in self._flows]
-        self._recompute(self._component(flow.route for flow in live))
+        links = [self._links_of(p.routes) for p in fresh]
+        shared: set[int] = set()
+        if len(fresh) > 1:  # links two batches starting now both cross
+            seen: set[int] = set()
+            for crossed in links:
+                shared |= seen & crossed
+                seen |= crossed
+        users, alone = self._users, self._alone
+        live: list[_Flow] = []
+        for pending, crossed in zip(fresh, links, strict=True):
+            # (set operations: C loops over the smaller side)
+            if alone.keys().isdisjoint(crossed) and users.keys().isdisjoint(crossed) and \
+                    shared.isdisjoint(crossed):
+                self._run_alone(pending, crossed)
+                continue
+            joined = {id(a): a for a in (alone.get(link) for link in crossed) if a is not None}
+            for isolated in joined.values():
+                live += self._expand(isolated)
+            live += self._register(pending)
+        if live:
+            self._recompute(self._component(flow.route for flow in live))
         self._schedule_wake()
+
+    def _links_of(self, routes: tuple[tuple[int, ...], ...]) -> frozenset[int]:
+        """Every link ``routes`` cross (remembered by the tuple's identity, kept alive)."""
+        hit = self._links.get(id(routes))
+        if hit is not None and hit[0] is routes:
+            return hit[1]
+        if len(self._links) >= _RATES_MEMO:
+            self._links.clear()
+        links = frozenset(link for r in routes for link in r)
+        self._links[id(routes)] = (routes, links)
+        return links
+
+    def _register(self, p: _Pending, first: int = 0) -> list[_Flow]:
+        """Make ``p``'s flows from ``first`` on active flows (unrated)."""
+        now = self.env.now
+        flows = []
+        for k in range(first, len(p.routes)):
+            flow = _Flow(p.first + k, p.routes[k], p.nbytes[k], p.batch, p.index[k], p.cap,
+                         None if p.weights is None else p.weights[k], updated=now)
+            self._add(flow)
+            flows.append(flow)
+        return flows
+
+    def _add(self, flow: _Flow) -> None:
+        self._flows[flow.id] = flow
+        for link in flow.route:
+            self._users.setdefault(link, {})[flow.id] = flow
+
+    def _run_alone(self, p: _Pending, links: frozenset[int]) -> None:
+        """Run ``p`` as one unit: its whole evolution is known until a flow joins a link."""
+        # By identity first (the engine hands the same tuples for a phase), then by value.
+        mine = self._mine.get((id(p.routes), id(p.nbytes), p.cap, id(p.weights)))
+        key = (p.routes, p.nbytes, p.cap, p.weights)
+        path = mine[1] if mine is not None and mine[0] == key else self._paths.get(key)
+        if path is None:
+            if len(self._paths) >= _RATES_MEMO:
+                self._paths.clear()
+
+            def rates_of(active: tuple[int, ...]) -> list[float]:
+                return self._rates_for(tuple(p.routes[i] for i in active),
+                                       tuple(p.cap for _ in active),
+                                       None if p.weights is None else tuple(
+                                           p.weights[i] for i in active))
+
+            path = self._paths[key] = trajectory(p.nbytes, rates_of)
+        if mine is None:
+            if len(self._mine) >= _RATES_MEMO:
+                self._mine.clear()
+            self._mine[(id(p.routes), id(p.nbytes), p.cap, id(p.weights))] = (key, path)
+        isolated = _Isolated(p.first, p, links, self.env.now, path)
+        self._flows[isolated.id] = isolated
+        for link in links:
+            self._alone[link] = isolated
+        heapq.heappush(self._heap, (isolated.start + path.last, isolated.id, 0))
+
+    def _drop_alone(self, isolated: _Isolated) -> None:
+        del self._flows[isolated.id]
+        for link in isolated.links:
+            del self._alone[link]
+
+    def _expand(self, isolated: _Isolated) -> list[_Flow]:
+        """A flow joins ``isolated``'s links: its flows still running become active flows
+        again, with the bytes they have left now; the ended ones are reported ended."""
+        now = self.env.now
+        self._drop_alone(isolated)
+        p, batch = isolated.flows, isolated.flows.batch
+        done, running = isolated.path.state_at(now - isolated.start)
+        for k in done:
+            batch.finish[p.index[k]] = isolated.start + isolated.path.ends[k]
+        batch.pending -= len(done)
+        flows = []
+        for k, left, rate in running:
+            flow = _Flow(p.first + k, p.routes[k], left, batch, p.index[k], p.cap,
+                         None if p.weights is None else p.weights[k], rate=rate, updated=now,
+                         finish=now + max(left, 0.0) / rate, stamp=1)  # past the batch's entry
+            self._add(flow)
+            heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
+            flows.append(flow)
+        if batch.pending == 0:
+            batch.done.succeed(batch.finish)
+        return flows
 
     def _component(self, routes: Iterable[tuple[int, ...]]) -> list[_Flow]:
         """Active flows connected to ``routes`` through shared links, in creation order."""
@@ -190,14 +350,8 @@ class FlowNetwork:
         weighted = any(w is not None for w in weights)
         # The rates depend on nothing but these inputs, and a step repeats the same
         # concurrent sets (every layer's all-to-all alone in its server, say): reuse them.
-        key = (routes, caps if capped else None, weights if weighted else None)
-        rates = self._rates.get(key)
-        if rates is None:
-            if len(self._rates) >= _RATES_MEMO:
-                self._rates.clear()
-            rates = self._rates[key] = max_min_rates(
-                routes, self.capacity, caps if capped else None,
-                weights if weighted else None)
+        rates = self._rates_for(routes, caps if capped else None,
+                                weights if weighted else None)
         for flow, rate in zip(flows, rates, strict=True):
             flow.settle(now)
             flow.rate = rate
@@ -207,6 +361,24 @@ class FlowNetwork:
                                  f"end at t={flow.finish}: sizes or bandwidths out of range")
             flow.stamp += 1
             heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
+
+    def _rates_for(self, routes: tuple[tuple[int, ...], ...],
+                   caps: tuple[float, ...] | None,
+                   weights: tuple[tuple[float, ...] | None, ...] | None) -> list[float]:
+        """Max-min rates of a connected set of flows, memoised: the rates depend on nothing
+        but these inputs, and a step repeats the same concurrent sets (every layer's
+        all-to-all alone in its server, say)."""
+        if caps is not None and not any(c < float("inf") for c in caps):
+            caps = None
+        if weights is not None and all(w is None for w in weights):
+            weights = None
+        key = (routes, caps, weights)
+        rates = self._rates.get(key)
+        if rates is None:
+            if len(self._rates) >= _RATES_MEMO:
+                self._rates.clear()
+            rates = self._rates[key] = max_min_rates(routes, self.capacity, caps, weights)
+        return rates
 
     def _top(self) -> tuple[float, int, int] | None:
         """The earliest current heap entry (stale entries are dropped)."""
@@ -237,22 +409,39 @@ class FlowNetwork:
         # ``now`` a hair before ``due``: every wake ends at least one flow, so the loop
         # terminates for any finite sizes and rates.
         horizon = max(now + abs(now) * _REL_EPS + _ABS_EPS, due)
-        finished: list[_Flow] = []
+        finished: list[_Flow | _Isolated] = []
         while (top := self._top()) is not None and top[0] <= horizon:
             heapq.heappop(self._heap)
-            flow = self._flows.pop(top[1])
+            flow = self._flows[top[1]]
             finished.append(flow)
+            if isinstance(flow, _Isolated):
+                self._drop_alone(flow)
+                continue
+            del self._flows[top[1]]
             for link in flow.route:
                 users = self._users[link]
                 del users[flow.id]
                 if not users:
                     del self._users[link]
         for flow in finished:
+            if isinstance(flow, _Isolated):  # alone on its links: nobody to re-rate
+                p, batch = flow.flows, flow.flows.batch
+                ends = Ends(flow.start, flow.path, now)
+                batch.pending = 0
+                if len(p.index) == len(batch.finish):  # every flow moved bytes
+                    batch.done.succeed(ends)
+                    continue
+                for k, end in zip(p.index, ends, strict=True):
+                    batch.finish[k] = end
+                batch.done.succeed(batch.finish)
+                continue
             batch = flow.batch
             batch.finish[flow.index] = now
             batch.pending -= 1
             if batch.pending == 0:
                 batch.done.succeed(batch.finish)
-        self._recompute(self._component(flow.route for flow in finished))
+        ended = [flow.route for flow in finished if isinstance(flow, _Flow)]
+        if ended:
+            self._recompute(self._component(ended))
         self._schedule_wake()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Generator, Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import simpy
@@ -25,7 +26,7 @@ from simtrain.engine.contention import Clock, ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
 from simtrain.engine.network import FlowNetwork
-from simtrain.engine.sharing import couple
+from simtrain.engine.prepared import PhaseCache
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
 from simtrain.engine.timeline import Timeline
 from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
@@ -97,10 +98,12 @@ class Executor:
         # collective takes its idle-network time, still waiting for all members.
         self.analytic = network == "analytic"
         self.env = Clock()
-        self.sharing = ComputeSharing(self.env, self._rate, on_change=self._retime)
+        self.sharing = ComputeSharing(self.env, self._rate, on_change=self._retime,
+                                      virtual=frozenset(graph.virtual))
         self._chains: dict[int, list[Tentative]] = {}  # rank -> its streams' chains
         self._moves: dict[int, list[simpy.Event]] = {}  # task -> events at its tentative end
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
+        self._phases = PhaseCache(fabric.route)
         # When each task ended (inf: not yet known). Without interference a stream runs its
         # ready chain of compute tasks ahead (``_chain``), so a finish may lie in the future.
         self.finish = array("d", [math.inf]) * len(graph)
@@ -381,25 +384,16 @@ class Executor:
         env = self.env
         if plan.phases and plan.launch_latency > 0:
             yield env.timeout(plan.launch_latency)
-        route = self.fabric.route
         for phase, cap in zip(plan.phases, plan.flow_caps, strict=True):
             if phase.latency > 0:
                 yield env.timeout(phase.latency)
-            routes = [(route(src, dst), nbytes * plan.wire_factor)
-                      for src, dst, nbytes in phase.flows]
-            weights = self._weights(spec, ranks, phase.flows, routes) if spec.copies else None
+            # routes, weights and ring merges of a phase are computed once (engine.prepared)
+            prep = self._phases.get(phase, phase.flows, phase.coupled, plan.wire_factor,
+                                    spec.copies, partial(self._weights, spec, ranks,
+                                                         phase.flows) if spec.copies else None)
             began = env.now
-            if phase.coupled is not None:
-                merged, merged_weights, members = couple(routes, weights, phase.coupled)
-                ends = yield self.network.transfer_all(merged, cap, merged_weights)
-                finish = [0.0] * len(routes)
-                for index, end in zip(members, ends, strict=True):
-                    for i in index:
-                        finish[i] = end
-            else:
-                finish = yield self.network.transfer_all(routes, cap, weights)
-            self.timeline.record_flows(began, finish, [nb for _, nb in routes],
-                                       [path for path, _ in routes], tid)
+            ends = yield self.network.transfer_all(prep.transfers, cap, prep.weights)
+            self.timeline.record_flows(began, prep.spread(ends), prep.sizes, prep.paths, tid)
 
     def _diagnose(self) -> str:
         """Name the ranks that stopped issuing work first, then the chain of waits behind."""

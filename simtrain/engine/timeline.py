@@ -112,11 +112,13 @@ class Timeline:
         self._comm_rows = array("q")  # rows of comm spans, and how long each member waited
         self._comm_waited = array("d")
         self._spans: list[Span] | None = None
-        self._flow_cols: tuple[array, array, array, list[tuple[int, ...]], array] = (
-            array("d"), array("d"), array("d"), [], array("q"))
+        # The engine's flow batches as recorded (start, ends, sizes, routes, task): a batch
+        # is one list reference each, expanded into FlowRecords when ``flows`` is read.
+        self._flow_batches: list[tuple[float, Sequence[float], Sequence[float],
+                                       Sequence[tuple[int, ...]], int]] = []
         self._flows: list[FlowRecord] = list(flows)
         self._table: Any = None  # SpanTable cache
-        self._flows_read = 0  # engine flow rows already moved into ``_flows``
+        self._flows_read = 0  # engine flow batches already moved into ``_flows``
         for span in spans:
             self.add(span)
 
@@ -160,15 +162,12 @@ class Timeline:
 
     def record_flows(self, start: float, ends: Sequence[float], sizes: Sequence[float],
                      routes: Sequence[tuple[int, ...]], task: int) -> None:
-        """Append flows that started together at ``start`` (empty routes are skipped)."""
-        starts, stops, nbytes, paths, tasks = self._flow_cols
-        for end, size, route in zip(ends, sizes, routes, strict=True):
-            if route:
-                starts.append(start)
-                stops.append(end)
-                nbytes.append(size)
-                paths.append(route)
-                tasks.append(task)
+        """Append flows that started together at ``start`` (empty routes are skipped).
+        The sequences are kept, not copied: the caller must not change them afterwards."""
+        if len(ends) != len(sizes) or len(sizes) != len(routes):
+            raise ValueError(f"record_flows: {len(ends)} ends, {len(sizes)} sizes and "
+                             f"{len(routes)} routes")
+        self._flow_batches.append((start, ends, sizes, routes, task))
 
     def sort_by_end(self) -> None:
         """Reorder the rows by end time, ties in recording order (the engine records a
@@ -222,11 +221,14 @@ class Timeline:
     @property
     def flows(self) -> list[FlowRecord]:
         """Every network flow as an object (the engine's rows are moved in on first read)."""
-        starts, stops, nbytes, paths, tasks = self._flow_cols
-        if self._flows_read < len(paths):
-            self._flows.extend(FlowRecord(starts[i], stops[i], nbytes[i], paths[i], tasks[i])
-                               for i in range(self._flows_read, len(paths)))
-            self._flows_read = len(paths)
+        batches = self._flow_batches
+        if self._flows_read < len(batches):
+            self._flows.extend(FlowRecord(start, end, size, route, task)
+                               for start, ends, sizes, routes, task in
+                               batches[self._flows_read:]
+                               for end, size, route in zip(ends, sizes, routes, strict=True)
+                               if route)
+            self._flows_read = len(batches)
         return self._flows
 
     def columns(self) -> SpanTable:
