@@ -1,12 +1,12 @@
 """SimPy executor: runs a TaskGraph on a fabric and returns the Timeline.
 
-Each (rank, stream) is a SimPy process that walks its tasks in program order. A compute
-task waits for its dependencies, then occupies its stream for its duration. A
+Each (rank, stream) walks its tasks in program order (simtrain.engine.streams). A
+compute task waits for its dependencies, then occupies its stream for its duration. A
 communication task is a rendezvous: every member rank must reach it on its stream (after
 its own dependencies); when the last one arrives the collective is lowered to phases of
-flows (simtrain.comm) and runs on the flow network, and every member's stream is blocked
-until it ends. A rank that never arrives is reported as a deadlock with a diagnosis,
-never as a silent end.
+flows (simtrain.comm) and runs on the flow network (simtrain.engine.collective), and every
+member's stream is blocked until it ends. A rank that never arrives is reported as a
+deadlock with a diagnosis, never as a silent end.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from typing import Any, Protocol
 import simpy
 
 from simtrain.comm.algorithms import Call
-from simtrain.comm.model import CommModel, Lowered
-from simtrain.engine.ahead import Tentative, extend, flush, retime, run_fixed
+from simtrain.comm.model import CommModel
+from simtrain.engine.ahead import Tentative, retime
+from simtrain.engine.collective import Program
 from simtrain.engine.contention import Clock, ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
 from simtrain.engine.network import FlowNetwork
-from simtrain.engine.sharing import couple
+from simtrain.engine.streams import Stream, hung_stream, start_now
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
 from simtrain.engine.timeline import Timeline
 from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
@@ -109,6 +110,10 @@ class Executor:
         self.arrivals: dict[int, dict[int, float]] = {}
         self._group_deps: dict[int, dict[int, list[int]]] = {}
         self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
+        # Per (comm spec, group): the prepared run (simtrain.engine.collective); per
+        # (meta, how it ran): the spans' meta.
+        self.programs: dict[tuple[int, int], Program] = {}
+        self.metas: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._cursor: dict[tuple[int, str], list[int]] = {}  # stream -> [task at, or -1]
         self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
         self.blocked: dict[int, tuple[float, str, str]] = {}
@@ -123,8 +128,11 @@ class Executor:
 
     def run(self) -> Timeline:
         for (rank, stream), (tasks, places) in self.graph.stream_members().items():
-            self._cursor[(rank, stream)] = [-1]
-            self.env.process(self._stream(rank, stream, tasks, places))
+            cursor = self._cursor[(rank, stream)] = [-1]
+            if rank in self.hangs:
+                self.env.process(hung_stream(self, rank, stream, tasks, places))
+            else:
+                start_now(self.env, Stream(self, rank, tasks, places, cursor).begin)
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
             raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
@@ -192,84 +200,6 @@ class Executor:
                 for member in inside:
                     per_rank.setdefault(member, []).append(dep)
         return per_rank.get(rank, ())
-
-    def _stream(self, rank: int, stream: str, tasks: Sequence[int],
-                places: Sequence[int]) -> Generator[Any, Any, None]:
-        env = self.env
-        g = self.graph
-        comm_of, duration, flops = g.comm, g.duration, g.flops
-        cursor = self._cursor[(rank, stream)]
-        hang_at = self.hangs.get(rank)
-        slowdown = self.slowdowns.get(rank, 1.0)
-        # Unless the rank hangs, a stream runs its ready chain of compute tasks ahead
-        # (simtrain.engine.ahead): final without interference, tentative (re-timed when a
-        # collective starts or ends on the rank) with it.
-        fixed = hang_at is None and not self.interferes
-        chain = Tentative(rank, tasks, places, slowdown) \
-            if hang_at is None and self.interferes else None
-        if chain is not None:
-            self._chains.setdefault(rank, []).append(chain)
-        ahead = fixed or chain is not None
-        if self.delays.get(rank, 0.0) > 0:
-            yield env.timeout(self.delays[rank])  # a straggler starts its step late
-        i, n = 0, len(tasks)
-        while i < n:
-            if fixed:
-                i, until = run_fixed(self, rank, tasks, places, i, slowdown)
-                if until > env.now:
-                    yield env.at(until)
-                if i == n:
-                    break
-            elif chain is not None:
-                chain.i = i
-                extend(self, chain, env.now)
-                while chain.until > env.now:  # the wake-up moves when the chain is re-timed
-                    chain.wake = env.at(chain.until)
-                    yield chain.wake
-                flush(self, chain)
-                i = chain.i
-                if i == n:
-                    break
-            tid = tasks[i]
-            cursor[0] = tid
-            pending = self._pending(tid, rank)
-            if len(pending) == 1:
-                yield self._waiter(pending[0])  # the common case: no AllOf to build
-            elif pending:
-                yield env.all_of([self._waiter(d) for d in pending])
-            if hang_at is not None and env.now >= hang_at:
-                self.stopped[(rank, stream)] = env.now
-                return  # a hung process issues nothing more, as with a dead NCCL rank
-            is_compute = comm_of[tid] < 0
-            if ahead and is_compute:
-                continue  # its dependencies have ended: the chain runs it
-            issued = self.issue.at(places[i]) if self._issue_any else None
-            if issued is not None and issued[0] > env.now:
-                yield from self._wait_host(rank, tid, issued[0])
-            if is_compute:
-                start = env.now
-                work = duration[tid]
-                if work > 0:
-                    work = work * slowdown
-                    if self.interferes:
-                        yield self.sharing.run(rank, work, flops[tid])
-                    else:
-                        yield env.timeout(work)
-                self.timeline.record(rank, start, env.now, tid)
-                if issued is not None:
-                    # The last kernel can end no earlier than its issue plus its own share.
-                    tail = issued[1] + duration[tid] * slowdown / self._kernels(tid)
-                    if tail > env.now:
-                        yield from self._wait_host(rank, tid, tail)
-                self._finished(tid, env.now)
-            else:
-                arrived = self.arrivals.setdefault(tid, {})
-                arrived[rank] = env.now
-                if len(arrived) == self._members(tid):
-                    env.process(self._communicate(tid, arrived))
-                yield self._waiter(tid)
-            i += 1
-        cursor[0] = -1
 
     def _retime(self, rank: int) -> None:
         """``rank``'s collective load changed: re-time the chains run ahead on it."""
@@ -344,62 +274,6 @@ class Executor:
             return (0.0, 0.0)
         return self.model.load(call.op, call.nbytes, len(call.ranks), protocol, algorithm,
                                seconds)
-
-    def _communicate(self, tid: int, arrived: dict[int, float]) -> Generator[Any, Any, None]:
-        env = self.env
-        spec = self.graph.comm_spec(tid)
-        assert spec is not None
-        ranks = self.graph.ranks(tid)
-        start = env.now
-        self._group_deps.pop(tid, None)  # every member has arrived: no longer asked
-        call = Call(spec.op, ranks, spec.nbytes, spec.splits)
-        if self.analytic:
-            algorithm, protocol, seconds = self.comm.choose(call, spec.algorithm)
-            load = self._load(call, algorithm, protocol, seconds)
-            self._comm_state(ranks, +1, load)
-            yield env.timeout(seconds)
-        else:
-            plan = self.comm.plan(call, spec.algorithm)
-            algorithm, protocol = plan.algorithm, plan.protocol
-            load = self._load(call, algorithm, protocol, plan.predicted_s)
-            self._comm_state(ranks, +1, load)
-            yield from self._flows(tid, spec, ranks, plan)
-        end = env.now
-        self._comm_state(ranks, -1, load)
-        meta = {**self.graph.meta_of(tid), "op": spec.op, "algorithm": algorithm,
-                "protocol": protocol, "group_size": len(ranks)}
-        for rank in ranks:
-            if rank not in arrived:
-                continue  # a virtual member: mirrored, not recorded
-            self.timeline.record_comm(rank, start, end, tid, meta, start - arrived[rank])
-        del self.arrivals[tid]  # kept only while members wait (hang diagnosis)
-        self._finished(tid, env.now)
-
-    def _flows(self, tid: int, spec: CommSpec, ranks: tuple[int, ...],
-               plan: Lowered) -> Generator[Any, Any, None]:
-        """Run ``plan``'s phases as flows on the network, recording each flow."""
-        env = self.env
-        if plan.phases and plan.launch_latency > 0:
-            yield env.timeout(plan.launch_latency)
-        route = self.fabric.route
-        for phase, cap in zip(plan.phases, plan.flow_caps, strict=True):
-            if phase.latency > 0:
-                yield env.timeout(phase.latency)
-            routes = [(route(src, dst), nbytes * plan.wire_factor)
-                      for src, dst, nbytes in phase.flows]
-            weights = self._weights(spec, ranks, phase.flows, routes) if spec.copies else None
-            began = env.now
-            if phase.coupled is not None:
-                merged, merged_weights, members = couple(routes, weights, phase.coupled)
-                ends = yield self.network.transfer_all(merged, cap, merged_weights)
-                finish = [0.0] * len(routes)
-                for index, end in zip(members, ends, strict=True):
-                    for i in index:
-                        finish[i] = end
-            else:
-                finish = yield self.network.transfer_all(routes, cap, weights)
-            self.timeline.record_flows(began, finish, [nb for _, nb in routes],
-                                       [path for path, _ in routes], tid)
 
     def _diagnose(self) -> str:
         """Name the ranks that stopped issuing work first, then the chain of waits behind."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -142,6 +142,26 @@ class Timeline:
         self._comm_rows.append(len(self._rank))
         self._comm_waited.append(waited)
         self._row(rank, start, end, task * 4 + COMM_SPAN, None)
+
+    def record_comm_group(self, ranks: Sequence[int], start: float, end: float, task: int,
+                          meta: dict[str, Any], arrived: Mapping[int, float]) -> None:
+        """``record_comm`` for each of ``ranks`` in ``arrived`` (member -> arrival time), in
+        group order: a collective's spans in one call."""
+        self._comm_meta.setdefault(task, meta)
+        ref = task * 4 + COMM_SPAN
+        rows, waited = self._comm_rows, self._comm_waited
+        add_rank, add_start, add_end, add_ref = (self._rank.append, self._start.append,
+                                                 self._end.append, self._ref.append)
+        row = len(self._rank)
+        for rank in ranks:
+            when = arrived.get(rank)
+            if when is None:
+                continue  # a virtual member: mirrored, not recorded
+            rows.append(row)
+            waited.append(start - when)
+            add_rank(rank), add_start(start), add_end(end), add_ref(ref)
+            row += 1
+        self._spans = self._table = None
 
     def appenders(self) -> tuple[Any, Any, Any, Any]:
         """The engine's fast path: the ``append`` of the rank, start, end and ref columns
