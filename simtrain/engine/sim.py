@@ -116,6 +116,7 @@ class Executor:
         self.metas: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._cursor: dict[tuple[int, str], list[int]] = {}  # stream -> [task at, or -1]
         self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
+        self._skipping: set[Stream] = set()  # streams waiting past their chain's end
         self.blocked: dict[int, tuple[float, str, str]] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks, tasks=graph.tasks)
         self.rows = self.timeline.appenders()
@@ -135,6 +136,7 @@ class Executor:
                 start_now(self.env, Stream(self, rank, tasks, places, cursor).begin)
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
+            self._settle()
             raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
                                      blocked=self.blocked, at=self.env.now)
         # SimPy numbers every scheduled event from one counter; reading it once here keeps
@@ -142,6 +144,17 @@ class Executor:
         self.timeline.events = next(self.env._eid)
         self.timeline.sort_by_end()
         return self.timeline
+
+    def _settle(self) -> None:
+        """The step stalled: streams that waited past their chain's end for a task that
+        never ends reach that end now, as if they had woken at it (the stall's time)."""
+        if self._skipping:
+            late = max(stream.reach for stream in self._skipping)
+            if late > self.env.now:
+                self.env._now = late
+            for stream in sorted(self._skipping, key=lambda s: (s.rank, s.cursor[0])):
+                stream.settle()
+            self._skipping.clear()
 
     def is_done(self, task_id: int) -> bool:
         """Whether ``task_id`` has ended by now."""
@@ -204,7 +217,7 @@ class Executor:
     def _retime(self, rank: int) -> None:
         """``rank``'s collective load changed: re-time the chains run ahead on it."""
         for chain in self._chains.get(rank, ()):
-            if chain.entries and chain.wake is not None:
+            if chain.entries:  # a stream waits for its wake-up or past it (Stream._skip)
                 retime(self, chain)
 
     def _at_end(self, tid: int, when: float, event: simpy.Event) -> simpy.Event:

@@ -14,6 +14,7 @@ countdown, so it can stop issuing work at its hang time between any two tasks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 
 # Where a stream resumes: the top of its loop, after the wait for a fixed chain's end,
 # after a tentative chain's wake-up, after the task's dependencies, after the host issued
-# a collective, after the collective ended.
-_TOP, _REACHED, _CHAIN, _DEPS, _HOST, _COMM = range(6)
+# a collective, after the collective ended, after the dependency that stopped its chain.
+_TOP, _REACHED, _CHAIN, _DEPS, _HOST, _COMM, _SKIPPED = range(7)
 
 
 def start_now(env: simpy.Environment, callback: Any) -> None:
@@ -46,7 +47,7 @@ class Stream:
     """One (rank, stream) of a rank that does not hang; call ``begin`` at t = 0."""
 
     __slots__ = ("ex", "rank", "tasks", "places", "n", "i", "cursor", "slowdown", "chain",
-                 "state", "since")
+                 "state", "since", "until")
 
     def __init__(self, ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[int],
                  cursor: list[int]) -> None:
@@ -60,6 +61,40 @@ class Stream:
             ex._chains.setdefault(rank, []).append(self.chain)
         self.state = _TOP
         self.since = 0.0
+        self.until = 0.0  # when a fixed chain run ahead ends
+
+    @property
+    def reach(self) -> float:
+        """When the stream reaches the task after the chain it ran ahead."""
+        return self.chain.until if self.chain is not None else self.until
+
+    def _skip(self) -> bool:
+        """The chain ends in the future at a compute task that needs a task not yet ended
+        (a collective, typically): wait for that task instead of the chain's end, which the
+        stream would only wake at to find the task still pending. Whether it waits."""
+        ex = self.ex
+        i = self.chain.i if self.chain is not None else self.i
+        if i >= self.n:
+            return False
+        tid = self.tasks[i]
+        g = ex.graph
+        if g.comm[tid] >= 0:
+            return False  # a collective: the stream must arrive at the chain's end
+        finish, dep_ids = ex.finish, g.dep_ids
+        for k in range(g.dep_start[tid], g.dep_start[tid + 1]):
+            d = dep_ids[k]
+            if finish[d] == math.inf:
+                self.cursor[0] = tid
+                ex._skipping.add(self)
+                self._wait(ex._waiter(d), _SKIPPED)
+                return True
+        return False
+
+    def settle(self) -> None:
+        """The step stalled while this stream waited past its chain: end the chain as its
+        wake-up would have (its spans recorded)."""
+        if self.chain is not None:
+            flush(self.ex, self.chain)
 
     def begin(self, _event: Any = None) -> None:
         delay = self.ex.delays.get(self.rank, 0.0)
@@ -77,6 +112,7 @@ class Stream:
         ex = self.ex
         env = ex.env
         tasks, n = self.tasks, self.n
+        comm_of = ex.graph.comm
         chain = self.chain
         state = self.state
         while True:
@@ -84,17 +120,32 @@ class Stream:
                 if self.i >= n:
                     self.cursor[0] = -1
                     return
-                if chain is None:
+                if comm_of[tasks[self.i]] >= 0:
+                    state = _REACHED  # no chain to run: it starts with a collective
+                elif chain is None:
                     self.i, until = run_fixed(ex, self.rank, tasks, self.places, self.i,
                                               self.slowdown)
                     if until > env.now:
-                        self._wait(env.at(until), _REACHED)
+                        self.until = until
+                        if not self._skip():
+                            self._wait(env.at(until), _REACHED)
                         return
                     state = _REACHED
                 else:
                     chain.i = self.i
                     extend(ex, chain, env.now)
+                    if chain.until > env.now and self._skip():
+                        return
                     state = _CHAIN
+            if state == _SKIPPED:  # the task after the chain can start: has the chain ended?
+                ex._skipping.discard(self)
+                if chain is not None:
+                    state = _CHAIN
+                elif self.until > env.now:
+                    self._wait(env.at(self.until), _REACHED)
+                    return
+                else:
+                    state = _REACHED
             if state == _CHAIN:
                 assert chain is not None
                 if chain.until > env.now:  # the wake-up moves when the chain is re-timed
@@ -120,7 +171,7 @@ class Stream:
                     return
             if state == _DEPS:
                 tid = tasks[self.i]
-                if ex.graph.comm[tid] < 0:
+                if comm_of[tid] < 0:
                     state = _TOP  # its dependencies have ended: the chain runs it
                     continue
                 issued = ex.issue.at(self.places[self.i]) if ex._issue_any else None
