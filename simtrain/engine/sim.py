@@ -120,6 +120,10 @@ class Executor:
         self.blocked: dict[int, tuple[float, str, str]] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks, tasks=graph.tasks)
         self.rows = self.timeline.appenders()
+        # What the chains run ahead read per task (simtrain.engine.ahead), in one tuple.
+        self.columns = (self.finish, self._waiters, graph.comm, graph.duration, graph.flops,
+                        graph.dep_start, graph.dep_ids, self.issue.first, self.issue.last,
+                        self._issue_any)
 
     @property
     def position(self) -> dict[tuple[int, str], Task | None]:
@@ -142,6 +146,8 @@ class Executor:
         # SimPy numbers every scheduled event from one counter; reading it once here keeps
         # the count off the per-event path.
         self.timeline.events = next(self.env._eid)
+        # The appenders hold the unsorted columns: let the sort free them.
+        self.rows = self.columns = ()  # type: ignore[assignment]
         self.timeline.sort_by_end()
         return self.timeline
 
@@ -170,10 +176,10 @@ class Executor:
     def _waiter(self, task_id: int) -> simpy.Event:
         """An event that fires when ``task_id`` ends."""
         when = self.finish[task_id]
-        if not math.isinf(when):
-            if when > self.env.now:  # a chain run ahead: the end may move (_at_end)
+        if when != math.inf:
+            if when > self.env._now:  # a chain run ahead: the end may move (_at_end)
                 return self._at_end(task_id, when, simpy.Event(self.env))
-            return self.env.at(self.env.now)
+            return self.env.at(self.env._now)
         waiter = self._waiters.get(task_id)
         if waiter is None:
             waiter = self._waiters[task_id] = self.env.event()
@@ -181,7 +187,11 @@ class Executor:
 
     def _pending(self, tid: int, rank: int) -> list[int]:
         """Dependencies ``rank`` must see before it can reach task ``tid``, not yet ended."""
-        finish, now = self.finish, self.env.now
+        finish, now, g = self.finish, self.env._now, self.graph
+        if len(g.groups[g.group[tid]]) == 1:  # _dep_ids' first case, inline (the common one)
+            dep_ids = g.dep_ids
+            return [dep_ids[k] for k in range(g.dep_start[tid], g.dep_start[tid + 1])
+                    if not finish[dep_ids[k]] <= now]
         return [d for d in self._dep_ids(tid, rank) if not finish[d] <= now]
 
     def _dep_ids(self, tid: int, rank: int) -> Sequence[int]:
@@ -216,8 +226,11 @@ class Executor:
 
     def _retime(self, rank: int) -> None:
         """``rank``'s collective load changed: re-time the chains run ahead on it."""
+        now = self.env._now
         for chain in self._chains.get(rank, ()):
-            if chain.entries:  # a stream waits for its wake-up or past it (Stream._skip)
+            # A stream waits for its wake-up or past it (Stream._skip); a chain whose every
+            # task has computed by now has nothing to re-time.
+            if chain.entries and chain.entries[-1].end > now:
                 retime(self, chain)
 
     def _at_end(self, tid: int, when: float, event: simpy.Event) -> simpy.Event:

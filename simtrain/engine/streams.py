@@ -18,6 +18,7 @@ import math
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import simpy
 from simpy.events import URGENT
 
@@ -55,8 +56,11 @@ class Stream:
         self.n, self.i, self.cursor = len(tasks), 0, cursor
         self.slowdown = ex.slowdowns.get(rank, 1.0)
         # Final chains without interference; tentative ones (re-timed when a collective
-        # starts or ends on the rank) with it.
-        self.chain = Tentative(rank, tasks, places, self.slowdown) if ex.interferes else None
+        # starts or ends on the rank) with it. A stream of collectives only (a process
+        # group's) runs no chain: it has nothing to re-time.
+        computes = ex.interferes and len(tasks) > 0 and bool(
+            np.any(np.frombuffer(ex.graph.comm, dtype=np.int32)[np.asarray(tasks)] < 0))
+        self.chain = Tentative(rank, tasks, places, self.slowdown) if computes else None
         if self.chain is not None:
             ex._chains.setdefault(rank, []).append(self.chain)
         self.state = _TOP
@@ -125,7 +129,7 @@ class Stream:
                 elif chain is None:
                     self.i, until = run_fixed(ex, self.rank, tasks, self.places, self.i,
                                               self.slowdown)
-                    if until > env.now:
+                    if until > env._now:
                         self.until = until
                         if not self._skip():
                             self._wait(env.at(until), _REACHED)
@@ -133,22 +137,22 @@ class Stream:
                     state = _REACHED
                 else:
                     chain.i = self.i
-                    extend(ex, chain, env.now)
-                    if chain.until > env.now and self._skip():
+                    extend(ex, chain, env._now)
+                    if chain.until > env._now and self._skip():
                         return
                     state = _CHAIN
             if state == _SKIPPED:  # the task after the chain can start: has the chain ended?
                 ex._skipping.discard(self)
                 if chain is not None:
                     state = _CHAIN
-                elif self.until > env.now:
+                elif self.until > env._now:
                     self._wait(env.at(self.until), _REACHED)
                     return
                 else:
                     state = _REACHED
             if state == _CHAIN:
                 assert chain is not None
-                if chain.until > env.now:  # the wake-up moves when the chain is re-timed
+                if chain.until > env._now:  # the wake-up moves when the chain is re-timed
                     chain.wake = env.at(chain.until)
                     self._wait(chain.wake, _CHAIN)
                     return
@@ -175,18 +179,18 @@ class Stream:
                     state = _TOP  # its dependencies have ended: the chain runs it
                     continue
                 issued = ex.issue.at(self.places[self.i]) if ex._issue_any else None
-                if issued is not None and issued[0] > env.now:
-                    self.since = env.now  # the GPU waits for the host: a "host" span
-                    self._wait(env.timeout(issued[0] - env.now), _HOST)
+                if issued is not None and issued[0] > env._now:
+                    self.since = env._now  # the GPU waits for the host: a "host" span
+                    self._wait(env.timeout(issued[0] - env._now), _HOST)
                     return
                 state = _HOST
                 self.since = -1.0
             if state == _HOST:
                 tid = tasks[self.i]
                 if self.since >= 0:
-                    ex.timeline.record_host(self.rank, self.since, env.now, tid)
+                    ex.timeline.record_host(self.rank, self.since, env._now, tid)
                 arrived = ex.arrivals.setdefault(tid, {})
-                arrived[self.rank] = env.now
+                arrived[self.rank] = env._now
                 if len(arrived) == ex._members(tid):
                     Collective(ex, tid, arrived)
                 self._wait(ex._waiter(tid), _COMM)
@@ -215,14 +219,14 @@ def hung_stream(ex: Executor, rank: int, stream: str, tasks: Sequence[int],
             yield ex._waiter(pending[0])
         elif pending:
             yield env.all_of([ex._waiter(d) for d in pending])
-        if env.now >= hang_at:
-            ex.stopped[(rank, stream)] = env.now
+        if env._now >= hang_at:
+            ex.stopped[(rank, stream)] = env._now
             return  # a hung process issues nothing more, as with a dead NCCL rank
         issued = ex.issue.at(places[i]) if ex._issue_any else None
-        if issued is not None and issued[0] > env.now:
+        if issued is not None and issued[0] > env._now:
             yield from ex._wait_host(rank, tid, issued[0])
         if comm_of[tid] < 0:
-            start = env.now
+            start = env._now
             work = duration[tid]
             if work > 0:
                 work = work * slowdown
@@ -230,16 +234,16 @@ def hung_stream(ex: Executor, rank: int, stream: str, tasks: Sequence[int],
                     yield ex.sharing.run(rank, work, flops[tid])
                 else:
                     yield env.timeout(work)
-            ex.timeline.record(rank, start, env.now, tid)
+            ex.timeline.record(rank, start, env._now, tid)
             if issued is not None:
                 # The last kernel can end no earlier than its issue plus its own share.
                 tail = issued[1] + duration[tid] * slowdown / ex._kernels(tid)
-                if tail > env.now:
+                if tail > env._now:
                     yield from ex._wait_host(rank, tid, tail)
-            ex._finished(tid, env.now)
+            ex._finished(tid, env._now)
         else:
             arrived = ex.arrivals.setdefault(tid, {})
-            arrived[rank] = env.now
+            arrived[rank] = env._now
             if len(arrived) == ex._members(tid):
                 Collective(ex, tid, arrived)
             yield ex._waiter(tid)

@@ -103,13 +103,15 @@ class Timeline:
         self.num_ranks = num_ranks
         self.events = events  # SimPy events the engine processed (for benchmarks)
         self.tasks = tasks  # the graph's tasks the engine's spans refer to
-        self._rank = array("q")
+        # 32-bit rank, ref and comm row columns (ref < 4 x MAX_TASKS): an explicit 512-GPU
+        # step records about 7M spans.
+        self._rank = array("i")
         self._start = array("d")
         self._end = array("d")
-        self._ref = array("q")
+        self._ref = array("i")
         self._extra: dict[int, Any] = {}  # row -> Span (free form)
         self._comm_meta: dict[int, dict[str, Any]] = {}  # comm task -> its spans' meta
-        self._comm_rows = array("q")  # rows of comm spans, and how long each member waited
+        self._comm_rows = array("i")  # rows of comm spans, and how long each member waited
         self._comm_waited = array("d")
         self._spans: list[Span] | None = None
         self._flow_cols: tuple[array, array, array, list[tuple[int, ...]], array] = (
@@ -205,8 +207,8 @@ class Timeline:
         where[order] = np.arange(len(order))
         self._extra = {int(where[i]): v for i, v in self._extra.items()}
         if len(self._comm_rows):
-            rows = where[np.frombuffer(self._comm_rows, dtype=np.int64)]
-            self._comm_rows = array("q", rows.tobytes())
+            rows = where[np.frombuffer(self._comm_rows, dtype=np.int32)]
+            self._comm_rows = array("i", rows.astype(np.int32).tobytes())
         self._spans = self._table = None
 
     # -- reading ---------------------------------------------------------------------
@@ -261,7 +263,8 @@ class Timeline:
                                 dict[int, Any]]:
         """(rank, start, end, task, form) as arrays, and the per-row extras."""
         def col(a: array, dtype: type) -> np.ndarray:
-            return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
+            return np.frombuffer(a, dtype=a.typecode).astype(dtype) if len(a) else \
+                np.zeros(0, dtype)
         ref = col(self._ref, np.int64)
         return (col(self._rank, np.int64), col(self._start, np.float64),
                 col(self._end, np.float64), ref >> 2, ref & 3, self._extra)
