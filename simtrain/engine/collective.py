@@ -148,7 +148,7 @@ class Collective:
 
     def _transferred(self, event: simpy.Event) -> None:
         step = self.prog.steps[self.k]
-        ends: list[float] = event.value
+        ends: list[float] = event._value
         if step.members is not None:
             finish = [0.0] * len(step.sizes)
             for index, end in zip(step.members, ends, strict=True):
