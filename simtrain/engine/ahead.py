@@ -37,12 +37,10 @@ def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[in
     """Run ``tasks[i:]`` ahead while each is compute whose dependencies have a known end, at
     a fixed rate: record their spans and ends with the same float steps SimPy would take
     (``now + delay``). Returns the first task not run and the time the stream reaches it."""
-    now = ex.env.now
-    finish, waiters, at = ex.finish, ex._waiters, ex.env.at
-    g = ex.graph
-    comm_of, duration, dep_start, dep_ids = g.comm, g.duration, g.dep_start, g.dep_ids
-    issue = ex.issue
-    first, last, issue_any = issue.first, issue.last, ex._issue_any
+    now = ex.env._now
+    at = ex.env.at
+    finish, waiters, comm_of, duration, _, dep_start, dep_ids, first, last, issue_any = \
+        ex.columns
     add_rank, add_start, add_end, add_ref = ex.rows
     n = len(tasks)
     while i < n:
@@ -120,14 +118,9 @@ class Tentative:
 def extend(ex: Executor, st: Tentative, now: float) -> None:
     """Run ``st.tasks[st.i:]`` ahead from ``now`` at the rank's current load while each is
     compute whose dependencies have ended or are earlier tasks of the chain."""
-    env = ex.env
-    clock = env.now
-    finish, waiters = ex.finish, ex._waiters
-    g = ex.graph
-    comm_of, duration, flops, dep_start, dep_ids = (g.comm, g.duration, g.flops, g.dep_start,
-                                                    g.dep_ids)
-    issue = ex.issue
-    first, last, issue_any = issue.first, issue.last, ex._issue_any
+    clock = ex.env._now
+    finish, waiters, comm_of, duration, flops, dep_start, dep_ids, first, last, issue_any = \
+        ex.columns
     rate_of, load = ex.sharing.rate_of, ex.sharing.load.get(st.rank)
     tasks, places, slowdown, own, entries = st.tasks, st.places, st.slowdown, st.own, st.entries
     if not entries:

@@ -164,7 +164,7 @@ class FlowNetwork:
         arrival time. ``cap`` bounds each new flow's rate (bytes/s) on top of link sharing;
         ``weights`` gives per-link multiplicities (see ``max_min_rates``).
         """
-        # The engine hands the same lists for every run of a phase (engine.prepared): they
+        # The engine hands the same lists for every run of a phase (engine.collective): they
         # are checked and split into the flows that move bytes once.
         split = self._split.get(id(transfers))
         if split is None or split[0] is not transfers or split[1] is not weights:

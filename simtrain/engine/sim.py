@@ -1,12 +1,12 @@
 """SimPy executor: runs a TaskGraph on a fabric and returns the Timeline.
 
-Each (rank, stream) is a SimPy process that walks its tasks in program order. A compute
-task waits for its dependencies, then occupies its stream for its duration. A
+Each (rank, stream) walks its tasks in program order (simtrain.engine.streams). A
+compute task waits for its dependencies, then occupies its stream for its duration. A
 communication task is a rendezvous: every member rank must reach it on its stream (after
 its own dependencies); when the last one arrives the collective is lowered to phases of
-flows (simtrain.comm) and runs on the flow network, and every member's stream is blocked
-until it ends. A rank that never arrives is reported as a deadlock with a diagnosis,
-never as a silent end.
+flows (simtrain.comm) and runs on the flow network (simtrain.engine.collective), and every
+member's stream is blocked until it ends. A rank that never arrives is reported as a
+deadlock with a diagnosis, never as a silent end.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Generator, Mapping, Sequence
-from functools import partial
 from typing import Any, Protocol
 
 import simpy
 
 from simtrain.comm.algorithms import Call
-from simtrain.comm.model import CommModel, Lowered
-from simtrain.engine.ahead import Tentative, extend, flush, retime, run_fixed
+from simtrain.comm.model import CommModel
+from simtrain.engine.ahead import Tentative, retime
+from simtrain.engine.collective import Program
 from simtrain.engine.contention import Clock, ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
 from simtrain.engine.network import FlowNetwork
-from simtrain.engine.prepared import PhaseCache
+from simtrain.engine.streams import Stream, hung_stream, start_now
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
 from simtrain.engine.timeline import Timeline
 from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
@@ -103,7 +103,6 @@ class Executor:
         self._chains: dict[int, list[Tentative]] = {}  # rank -> its streams' chains
         self._moves: dict[int, list[simpy.Event]] = {}  # task -> events at its tentative end
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
-        self._phases = PhaseCache(fabric.route)
         # When each task ended (inf: not yet known). Without interference a stream runs its
         # ready chain of compute tasks ahead (``_chain``), so a finish may lie in the future.
         self.finish = array("d", [math.inf]) * len(graph)
@@ -112,11 +111,20 @@ class Executor:
         self.arrivals: dict[int, dict[int, float]] = {}
         self._group_deps: dict[int, dict[int, list[int]]] = {}
         self._weight_cache: dict[tuple[object, ...], tuple[float, ...]] = {}
+        # Per (comm spec, group): the prepared run (simtrain.engine.collective); per
+        # (meta, how it ran): the spans' meta.
+        self.programs: dict[tuple[int, int], Program] = {}
+        self.metas: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._cursor: dict[tuple[int, str], list[int]] = {}  # stream -> [task at, or -1]
         self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped
+        self._skipping: set[Stream] = set()  # streams waiting past their chain's end
         self.blocked: dict[int, tuple[float, str, str]] = {}
         self.timeline = Timeline(num_ranks=graph.num_ranks, tasks=graph.tasks)
         self.rows = self.timeline.appenders()
+        # What the chains run ahead read per task (simtrain.engine.ahead), in one tuple.
+        self.columns = (self.finish, self._waiters, graph.comm, graph.duration, graph.flops,
+                        graph.dep_start, graph.dep_ids, self.issue.first, self.issue.last,
+                        self._issue_any)
 
     @property
     def position(self) -> dict[tuple[int, str], Task | None]:
@@ -126,17 +134,34 @@ class Executor:
 
     def run(self) -> Timeline:
         for (rank, stream), (tasks, places) in self.graph.stream_members().items():
-            self._cursor[(rank, stream)] = [-1]
-            self.env.process(self._stream(rank, stream, tasks, places))
+            cursor = self._cursor[(rank, stream)] = [-1]
+            if rank in self.hangs:
+                self.env.process(hung_stream(self, rank, stream, tasks, places))
+            else:
+                start_now(self.env, Stream(self, rank, tasks, places, cursor).begin)
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
+            self._settle()
             raise SimulationDeadlock(self._diagnose(), timeline=self.timeline,
                                      blocked=self.blocked, at=self.env.now)
         # SimPy numbers every scheduled event from one counter; reading it once here keeps
         # the count off the per-event path.
         self.timeline.events = next(self.env._eid)
+        # The appenders hold the unsorted columns: let the sort free them.
+        self.rows = self.columns = ()  # type: ignore[assignment]
         self.timeline.sort_by_end()
         return self.timeline
+
+    def _settle(self) -> None:
+        """The step stalled: streams that waited past their chain's end for a task that
+        never ends reach that end now, as if they had woken at it (the stall's time)."""
+        if self._skipping:
+            late = max(stream.reach for stream in self._skipping)
+            if late > self.env.now:
+                self.env._now = late
+            for stream in sorted(self._skipping, key=lambda s: (s.rank, s.cursor[0])):
+                stream.settle()
+            self._skipping.clear()
 
     def is_done(self, task_id: int) -> bool:
         """Whether ``task_id`` has ended by now."""
@@ -152,10 +177,10 @@ class Executor:
     def _waiter(self, task_id: int) -> simpy.Event:
         """An event that fires when ``task_id`` ends."""
         when = self.finish[task_id]
-        if not math.isinf(when):
-            if when > self.env.now:  # a chain run ahead: the end may move (_at_end)
+        if when != math.inf:
+            if when > self.env._now:  # a chain run ahead: the end may move (_at_end)
                 return self._at_end(task_id, when, simpy.Event(self.env))
-            return self.env.at(self.env.now)
+            return self.env.at(self.env._now)
         waiter = self._waiters.get(task_id)
         if waiter is None:
             waiter = self._waiters[task_id] = self.env.event()
@@ -163,7 +188,11 @@ class Executor:
 
     def _pending(self, tid: int, rank: int) -> list[int]:
         """Dependencies ``rank`` must see before it can reach task ``tid``, not yet ended."""
-        finish, now = self.finish, self.env.now
+        finish, now, g = self.finish, self.env._now, self.graph
+        if len(g.groups[g.group[tid]]) == 1:  # _dep_ids' first case, inline (the common one)
+            dep_ids = g.dep_ids
+            return [dep_ids[k] for k in range(g.dep_start[tid], g.dep_start[tid + 1])
+                    if not finish[dep_ids[k]] <= now]
         return [d for d in self._dep_ids(tid, rank) if not finish[d] <= now]
 
     def _dep_ids(self, tid: int, rank: int) -> Sequence[int]:
@@ -196,88 +225,13 @@ class Executor:
                     per_rank.setdefault(member, []).append(dep)
         return per_rank.get(rank, ())
 
-    def _stream(self, rank: int, stream: str, tasks: Sequence[int],
-                places: Sequence[int]) -> Generator[Any, Any, None]:
-        env = self.env
-        g = self.graph
-        comm_of, duration, flops = g.comm, g.duration, g.flops
-        cursor = self._cursor[(rank, stream)]
-        hang_at = self.hangs.get(rank)
-        slowdown = self.slowdowns.get(rank, 1.0)
-        # Unless the rank hangs, a stream runs its ready chain of compute tasks ahead
-        # (simtrain.engine.ahead): final without interference, tentative (re-timed when a
-        # collective starts or ends on the rank) with it.
-        fixed = hang_at is None and not self.interferes
-        chain = Tentative(rank, tasks, places, slowdown) \
-            if hang_at is None and self.interferes else None
-        if chain is not None:
-            self._chains.setdefault(rank, []).append(chain)
-        ahead = fixed or chain is not None
-        if self.delays.get(rank, 0.0) > 0:
-            yield env.timeout(self.delays[rank])  # a straggler starts its step late
-        i, n = 0, len(tasks)
-        while i < n:
-            if fixed:
-                i, until = run_fixed(self, rank, tasks, places, i, slowdown)
-                if until > env.now:
-                    yield env.at(until)
-                if i == n:
-                    break
-            elif chain is not None:
-                chain.i = i
-                extend(self, chain, env.now)
-                while chain.until > env.now:  # the wake-up moves when the chain is re-timed
-                    chain.wake = env.at(chain.until)
-                    yield chain.wake
-                flush(self, chain)
-                i = chain.i
-                if i == n:
-                    break
-            tid = tasks[i]
-            cursor[0] = tid
-            pending = self._pending(tid, rank)
-            if len(pending) == 1:
-                yield self._waiter(pending[0])  # the common case: no AllOf to build
-            elif pending:
-                yield env.all_of([self._waiter(d) for d in pending])
-            if hang_at is not None and env.now >= hang_at:
-                self.stopped[(rank, stream)] = env.now
-                return  # a hung process issues nothing more, as with a dead NCCL rank
-            is_compute = comm_of[tid] < 0
-            if ahead and is_compute:
-                continue  # its dependencies have ended: the chain runs it
-            issued = self.issue.at(places[i]) if self._issue_any else None
-            if issued is not None and issued[0] > env.now:
-                yield from self._wait_host(rank, tid, issued[0])
-            if is_compute:
-                start = env.now
-                work = duration[tid]
-                if work > 0:
-                    work = work * slowdown
-                    if self.interferes:
-                        yield self.sharing.run(rank, work, flops[tid])
-                    else:
-                        yield env.timeout(work)
-                self.timeline.record(rank, start, env.now, tid)
-                if issued is not None:
-                    # The last kernel can end no earlier than its issue plus its own share.
-                    tail = issued[1] + duration[tid] * slowdown / self._kernels(tid)
-                    if tail > env.now:
-                        yield from self._wait_host(rank, tid, tail)
-                self._finished(tid, env.now)
-            else:
-                arrived = self.arrivals.setdefault(tid, {})
-                arrived[rank] = env.now
-                if len(arrived) == self._members(tid):
-                    env.process(self._communicate(tid, arrived))
-                yield self._waiter(tid)
-            i += 1
-        cursor[0] = -1
-
     def _retime(self, rank: int) -> None:
         """``rank``'s collective load changed: re-time the chains run ahead on it."""
+        now = self.env._now
         for chain in self._chains.get(rank, ()):
-            if chain.entries and chain.wake is not None:
+            # A stream waits for its wake-up or past it (Stream._skip); a chain whose every
+            # task has computed by now has nothing to re-time.
+            if chain.entries and chain.entries[-1].end > now:
                 retime(self, chain)
 
     def _at_end(self, tid: int, when: float, event: simpy.Event) -> simpy.Event:
@@ -347,53 +301,6 @@ class Executor:
             return (0.0, 0.0)
         return self.model.load(call.op, call.nbytes, len(call.ranks), protocol, algorithm,
                                seconds)
-
-    def _communicate(self, tid: int, arrived: dict[int, float]) -> Generator[Any, Any, None]:
-        env = self.env
-        spec = self.graph.comm_spec(tid)
-        assert spec is not None
-        ranks = self.graph.ranks(tid)
-        start = env.now
-        self._group_deps.pop(tid, None)  # every member has arrived: no longer asked
-        call = Call(spec.op, ranks, spec.nbytes, spec.splits)
-        if self.analytic:
-            algorithm, protocol, seconds = self.comm.choose(call, spec.algorithm)
-            load = self._load(call, algorithm, protocol, seconds)
-            self._comm_state(ranks, +1, load)
-            yield env.timeout(seconds)
-        else:
-            plan = self.comm.plan(call, spec.algorithm)
-            algorithm, protocol = plan.algorithm, plan.protocol
-            load = self._load(call, algorithm, protocol, plan.predicted_s)
-            self._comm_state(ranks, +1, load)
-            yield from self._flows(tid, spec, ranks, plan)
-        end = env.now
-        self._comm_state(ranks, -1, load)
-        meta = {**self.graph.meta_of(tid), "op": spec.op, "algorithm": algorithm,
-                "protocol": protocol, "group_size": len(ranks)}
-        for rank in ranks:
-            if rank not in arrived:
-                continue  # a virtual member: mirrored, not recorded
-            self.timeline.record_comm(rank, start, end, tid, meta, start - arrived[rank])
-        del self.arrivals[tid]  # kept only while members wait (hang diagnosis)
-        self._finished(tid, env.now)
-
-    def _flows(self, tid: int, spec: CommSpec, ranks: tuple[int, ...],
-               plan: Lowered) -> Generator[Any, Any, None]:
-        """Run ``plan``'s phases as flows on the network, recording each flow."""
-        env = self.env
-        if plan.phases and plan.launch_latency > 0:
-            yield env.timeout(plan.launch_latency)
-        for phase, cap in zip(plan.phases, plan.flow_caps, strict=True):
-            if phase.latency > 0:
-                yield env.timeout(phase.latency)
-            # routes, weights and ring merges of a phase are computed once (engine.prepared)
-            prep = self._phases.get(phase, phase.flows, phase.coupled, plan.wire_factor,
-                                    spec.copies, partial(self._weights, spec, ranks,
-                                                         phase.flows) if spec.copies else None)
-            began = env.now
-            ends = yield self.network.transfer_all(prep.transfers, cap, prep.weights)
-            self.timeline.record_flows(began, prep.spread(ends), prep.sizes, prep.paths, tid)
 
     def _diagnose(self) -> str:
         """Name the ranks that stopped issuing work first, then the chain of waits behind."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -103,13 +103,15 @@ class Timeline:
         self.num_ranks = num_ranks
         self.events = events  # SimPy events the engine processed (for benchmarks)
         self.tasks = tasks  # the graph's tasks the engine's spans refer to
-        self._rank = array("q")
+        # 32-bit rank, ref and comm row columns (ref < 4 x MAX_TASKS): an explicit 512-GPU
+        # step records about 7M spans.
+        self._rank = array("i")
         self._start = array("d")
         self._end = array("d")
-        self._ref = array("q")
+        self._ref = array("i")
         self._extra: dict[int, Any] = {}  # row -> Span (free form)
         self._comm_meta: dict[int, dict[str, Any]] = {}  # comm task -> its spans' meta
-        self._comm_rows = array("q")  # rows of comm spans, and how long each member waited
+        self._comm_rows = array("i")  # rows of comm spans, and how long each member waited
         self._comm_waited = array("d")
         self._spans: list[Span] | None = None
         # The engine's flow batches as recorded (start, ends, sizes, routes, task): a batch
@@ -144,6 +146,26 @@ class Timeline:
         self._comm_rows.append(len(self._rank))
         self._comm_waited.append(waited)
         self._row(rank, start, end, task * 4 + COMM_SPAN, None)
+
+    def record_comm_group(self, ranks: Sequence[int], start: float, end: float, task: int,
+                          meta: dict[str, Any], arrived: Mapping[int, float]) -> None:
+        """``record_comm`` for each of ``ranks`` in ``arrived`` (member -> arrival time), in
+        group order: a collective's spans in one call."""
+        self._comm_meta.setdefault(task, meta)
+        ref = task * 4 + COMM_SPAN
+        rows, waited = self._comm_rows, self._comm_waited
+        add_rank, add_start, add_end, add_ref = (self._rank.append, self._start.append,
+                                                 self._end.append, self._ref.append)
+        row = len(self._rank)
+        for rank in ranks:
+            when = arrived.get(rank)
+            if when is None:
+                continue  # a virtual member: mirrored, not recorded
+            rows.append(row)
+            waited.append(start - when)
+            add_rank(rank), add_start(start), add_end(end), add_ref(ref)
+            row += 1
+        self._spans = self._table = None
 
     def appenders(self) -> tuple[Any, Any, Any, Any]:
         """The engine's fast path: the ``append`` of the rank, start, end and ref columns
@@ -184,8 +206,8 @@ class Timeline:
         where[order] = np.arange(len(order))
         self._extra = {int(where[i]): v for i, v in self._extra.items()}
         if len(self._comm_rows):
-            rows = where[np.frombuffer(self._comm_rows, dtype=np.int64)]
-            self._comm_rows = array("q", rows.tobytes())
+            rows = where[np.frombuffer(self._comm_rows, dtype=np.int32)]
+            self._comm_rows = array("i", rows.astype(np.int32).tobytes())
         self._spans = self._table = None
 
     # -- reading ---------------------------------------------------------------------
@@ -243,7 +265,8 @@ class Timeline:
                                 dict[int, Any]]:
         """(rank, start, end, task, form) as arrays, and the per-row extras."""
         def col(a: array, dtype: type) -> np.ndarray:
-            return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype)
+            return np.frombuffer(a, dtype=a.typecode).astype(dtype) if len(a) else \
+                np.zeros(0, dtype)
         ref = col(self._ref, np.int64)
         return (col(self._rank, np.int64), col(self._start, np.float64),
                 col(self._end, np.float64), ref >> 2, ref & 3, self._extra)
