@@ -187,8 +187,10 @@ def _sp_site(item: Site, spec: ShardSpec, comm: list[Step]) -> list[Step]:
     adds around SP collectives (``sp_layout.layout_copies``); as is otherwise."""
     if not (comm and spec.sp and spec.layout == "bsh") or item.kind not in ("f", "g"):
         return comm
-    before, after = layout_copies(item.name, item.kind, item.nbytes, spec.tp,
-                                  spec.tp_overlap)
+    (coll,) = comm  # the copies reorder the bytes each direction's collective moves
+    assert isinstance(coll, Comm)
+    before, after = layout_copies(item.name, item.kind, coll.nbytes, spec.tp,
+                                  spec.tp_overlap, coll.backward_nbytes)
     return [*(Compute(op) for op in before), *comm, *(Compute(op) for op in after)]
 
 

@@ -50,8 +50,11 @@ def async_copy_bytes(nbytes: float, tp: int) -> tuple[float, float]:
 
 
 def layout_copies(name: str, site: Literal["f", "g"], nbytes: float, tp: int,
-                  overlap: bool) -> tuple[list[Op], list[Op]]:
-    """(ops before, ops after) the SP collective at ``site`` under the batch-first layout.
+                  overlap: bool, bwd_nbytes: float | None = None
+                  ) -> tuple[list[Op], list[Op]]:
+    """(ops before, ops after) the SP collective at ``site`` under the batch-first layout;
+    ``nbytes`` / ``bwd_nbytes`` (default: the same) are what the forward / backward
+    collective moves (an FP8 all-gather moves, and its copy reorders, FP8 bytes).
 
     Vanilla: f (all-gather forward, reduce-scatter backward) copies after the collective,
     g (reduce-scatter forward, all-gather backward) before it; backward reverses the order,
@@ -60,13 +63,15 @@ def layout_copies(name: str, site: Literal["f", "g"], nbytes: float, tp: int,
     after its reduce-scatter), g sums after the reduce-scatter (backward: the shard copy
     before its all-gather).
     """
+    back = nbytes if bwd_nbytes is None else bwd_nbytes
     if overlap:
-        shard, total = async_copy_bytes(nbytes, tp)
-        fwd, bwd = (shard, total) if site == "f" else (total, shard)
+        if site == "f":  # forward: the all-gather's shard copy; backward: the RS's sum
+            fwd, bwd = async_copy_bytes(nbytes, tp)[0], async_copy_bytes(back, tp)[1]
+        else:  # forward: the reduce-scatter's sum; backward: the all-gather's shard copy
+            fwd, bwd = async_copy_bytes(nbytes, tp)[1], async_copy_bytes(back, tp)[0]
         op = _copy(f"{name}.sp_copy", fwd, bwd)
         return ([op], []) if site == "f" else ([], [op])
-    n = vanilla_copy_bytes(nbytes)
-    op = _copy(f"{name}.sp_copy", n, n)
+    op = _copy(f"{name}.sp_copy", vanilla_copy_bytes(nbytes), vanilla_copy_bytes(back))
     return ([], [op]) if site == "f" else ([op], [])
 
 

@@ -78,3 +78,26 @@ def test_scenario_layout_reaches_the_step():
             "parallelism": {"tp": 2, "sp": True}})).summary["step_time_s"]
 
     assert step("bsh") > step("sbh")
+
+
+def test_fp8_gathers_copy_fp8_bytes():
+    # An f site whose forward all-gather moves FP8 (N/2) and whose backward reduce-scatter
+    # moves BF16 (N): the forward chunk-cat copies 2·N/2 = N, the backward 2·N.
+    before, after = layout_copies("x", "f", N / 2, 8, overlap=False, bwd_nbytes=N)
+    assert after[0].bytes == N and backward_ops(after[0])[0].bytes == 2 * N
+    # Async g: forward sum of BF16 partials N·9/8 = 905,969,664; backward shard copy of the
+    # FP8 all-gather 2·(N/2)/8 = 100,663,296.
+    before, after = layout_copies("x", "g", N, 8, overlap=True, bwd_nbytes=N / 2)
+    assert after[0].bytes == 905_969_664
+    assert backward_ops(after[0])[0].bytes == 100_663_296
+    # In a block: a bsh block under FP8 gathers copies half the bytes after its f gathers.
+    plain = block_unit(CFG, 0, 2, 64, 2, ShardSpec(tp=2, sp=True, layout="bsh"))
+    fp8 = block_unit(CFG, 0, 2, 64, 2, ShardSpec(tp=2, sp=True, layout="bsh",
+                                                 fp8_gathers=True))
+    copy = {s.op.name: s.op.bytes for s in plain.steps
+            if isinstance(s, Compute) and "sp_copy" in s.op.name}
+    copy8 = {s.op.name: s.op.bytes for s in fp8.steps
+             if isinstance(s, Compute) and "sp_copy" in s.op.name}
+    assert copy.keys() == copy8.keys()
+    halved = [k for k in copy if copy8[k] == copy[k] / 2]
+    assert len(halved) == 2 and all(copy8[k] == copy[k] for k in copy if k not in halved)
