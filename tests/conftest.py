@@ -5,6 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import settings
+
+# Property tests check invariants, not speed (benchmarks and the CPU-timed tests do that):
+# no per-example deadline, which a loaded 2-core CI machine running two test workers can
+# exceed for reasons that have nothing to do with the code.
+settings.register_profile("simtrain", deadline=None)
+settings.load_profile("simtrain")
 
 
 @dataclass(frozen=True)
