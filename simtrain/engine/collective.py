@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import simpy
-from simpy.events import URGENT
 
 from simtrain.comm.algorithms import Call
 from simtrain.engine.sharing import couple
@@ -104,13 +103,7 @@ class Collective:
         self.ex, self.tid, self.arrived = ex, tid, arrived
         self.k = 0
         self.start = self.began = 0.0
-        # As a new process would: begin at this instant, before the events already due.
-        env = ex.env
-        event = simpy.Event(env)
-        event._ok = True
-        event._value = None
-        event.callbacks.append(self._begin)  # type: ignore[union-attr]
-        env.schedule(event, URGENT)
+        ex.env.start_now(self._begin)  # as a new process would begin
 
     def _begin(self, _event: Any) -> None:
         ex = self.ex

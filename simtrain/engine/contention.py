@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from heapq import heappush
 
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, URGENT
 
 
 class Clock(simpy.Environment):
@@ -36,6 +36,15 @@ class Clock(simpy.Environment):
         event._value = None
         heappush(self._queue, (when, NORMAL, next(self._eid), event))  # as schedule() does
         return event
+
+    def start_now(self, callback: Callable[[simpy.Event], None]) -> None:
+        """Call ``callback`` at this instant before the events already due, as SimPy starts
+        a new process (an urgent event)."""
+        event = simpy.Event(self)
+        event._ok = True
+        event._value = None
+        event.callbacks.append(callback)  # type: ignore[union-attr]
+        self.schedule(event, URGENT)
 
 
 @dataclass(eq=False, slots=True)

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-# The network's tolerance for "ends now" (``network._REL_EPS`` / ``_ABS_EPS``).
+# A flow whose projected finish lies within this relative tolerance of "now" is complete;
+# guards against float residue of remaining = bytes - rate * dt (the network's too).
 REL_EPS = 1e-12
 ABS_EPS = 1e-15
 

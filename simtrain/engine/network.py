@@ -30,7 +30,7 @@ from simtrain.engine.fabric import (  # noqa: F401  (re-exported: one import for
     relocate,
     switch_bytes,
 )
-from simtrain.engine.isolated import Ends, Trajectory, trajectory
+from simtrain.engine.isolated import ABS_EPS, REL_EPS, Ends, Trajectory, trajectory
 from simtrain.engine.sharing import (  # noqa: F401
     check_transfers,
     couple,
@@ -38,10 +38,6 @@ from simtrain.engine.sharing import (  # noqa: F401
     max_min_rates,
 )
 
-# A flow whose projected finish lies within this relative tolerance of "now" is complete;
-# guards against float residue of remaining = bytes - rate * dt.
-_REL_EPS = 1e-12
-_ABS_EPS = 1e-15
 # Connected flow sets whose max-min rates are remembered, and weight tuples remembered as
 # checked (each memo is emptied when full).
 _RATES_MEMO = 4096
@@ -343,15 +339,8 @@ class FlowNetwork:
         if not flows:
             return
         now = self.env.now
-        routes = tuple(f.route for f in flows)
-        caps = tuple(f.cap for f in flows)
-        capped = any(c < float("inf") for c in caps)
-        weights = tuple(f.weights for f in flows)
-        weighted = any(w is not None for w in weights)
-        # The rates depend on nothing but these inputs, and a step repeats the same
-        # concurrent sets (every layer's all-to-all alone in its server, say): reuse them.
-        rates = self._rates_for(routes, caps if capped else None,
-                                weights if weighted else None)
+        rates = self._rates_for(tuple(f.route for f in flows), tuple(f.cap for f in flows),
+                                tuple(f.weights for f in flows))
         for flow, rate in zip(flows, rates, strict=True):
             flow.settle(now)
             flow.rate = rate
@@ -408,7 +397,7 @@ class FlowNetwork:
         # The flow this wake was scheduled for ends now even when float rounding put
         # ``now`` a hair before ``due``: every wake ends at least one flow, so the loop
         # terminates for any finite sizes and rates.
-        horizon = max(now + abs(now) * _REL_EPS + _ABS_EPS, due)
+        horizon = max(now + abs(now) * REL_EPS + ABS_EPS, due)
         finished: list[_Flow | _Isolated] = []
         while (top := self._top()) is not None and top[0] <= horizon:
             heapq.heappop(self._heap)

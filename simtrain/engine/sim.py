@@ -26,7 +26,7 @@ from simtrain.engine.contention import Clock, ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
 from simtrain.engine.network import FlowNetwork
-from simtrain.engine.streams import Stream, hung_stream, start_now
+from simtrain.engine.streams import Stream, hung_stream
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
 from simtrain.engine.timeline import Timeline
 from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
@@ -138,7 +138,7 @@ class Executor:
             if rank in self.hangs:
                 self.env.process(hung_stream(self, rank, stream, tasks, places))
             else:
-                start_now(self.env, Stream(self, rank, tasks, places, cursor).begin)
+                self.env.start_now(Stream(self, rank, tasks, places, cursor).begin)
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
             self._settle()

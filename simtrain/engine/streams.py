@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
 
 from simtrain.engine.ahead import Tentative, extend, flush, run_fixed
 from simtrain.engine.collective import Collective
@@ -32,16 +31,6 @@ if TYPE_CHECKING:
 # after a tentative chain's wake-up, after the task's dependencies, after the host issued
 # a collective, after the collective ended, after the dependency that stopped its chain.
 _TOP, _REACHED, _CHAIN, _DEPS, _HOST, _COMM, _SKIPPED = range(7)
-
-
-def start_now(env: simpy.Environment, callback: Any) -> None:
-    """Call ``callback`` at this instant before the events already due, as SimPy starts a
-    new process (an urgent event)."""
-    event = simpy.Event(env)
-    event._ok = True
-    event._value = None
-    event.callbacks.append(callback)  # type: ignore[union-attr]
-    env.schedule(event, URGENT)
 
 
 class Stream:

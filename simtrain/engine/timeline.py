@@ -137,20 +137,12 @@ class Timeline:
         """Append a span of ``rank`` waiting for the host to issue task ``task``."""
         self._row(rank, start, end, task * 4 + HOST_SPAN, None)
 
-    def record_comm(self, rank: int, start: float, end: float, task: int,
-                    meta: dict[str, Any], waited: float = 0.0) -> None:
-        """Append communication task ``task``'s span on ``rank``: ``meta`` is the task's
-        (shared by its members, kept once), ``waited`` the seconds this member waited for
-        the others (in the span's meta as "waited_s" when > 0)."""
-        self._comm_meta.setdefault(task, meta)
-        self._comm_rows.append(len(self._rank))
-        self._comm_waited.append(waited)
-        self._row(rank, start, end, task * 4 + COMM_SPAN, None)
-
     def record_comm_group(self, ranks: Sequence[int], start: float, end: float, task: int,
                           meta: dict[str, Any], arrived: Mapping[int, float]) -> None:
-        """``record_comm`` for each of ``ranks`` in ``arrived`` (member -> arrival time), in
-        group order: a collective's spans in one call."""
+        """Communication task ``task``'s spans, one per member of ``ranks`` in ``arrived``
+        (member -> arrival time), in group order; virtual members are skipped. ``meta`` is
+        the task's (shared by its members, kept once); each span's wait for the others
+        (start - arrival) is in its meta as "waited_s" when > 0."""
         self._comm_meta.setdefault(task, meta)
         ref = task * 4 + COMM_SPAN
         rows, waited = self._comm_rows, self._comm_waited

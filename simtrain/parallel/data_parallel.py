@@ -45,7 +45,7 @@ HSDP_AR_STREAM = "dp ar"  # FSDP2's all-reduce stream: HSDP replicas' all-reduce
 
 
 def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions,
-              duration: Callable[[Op], float] | None = None, *, gather: bool = True,
+              duration: Callable[[Op], float], *, gather: bool = True,
               scatter: bool = False) -> list[Template]:
     """``body`` (the unit's templates of one phase) between the unit's FSDP all-gather (if
     ``gather``) and its gradient reduce-scatter (if ``scatter``); ``body`` alone without
@@ -55,7 +55,7 @@ def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions,
     numel = sum(p.numel for p in unit.params)
     if not (o.fsdp and numel):
         return body
-    copies = o.fsdp_copies and duration is not None
+    copies = o.fsdp_copies
     kind = next((t.kind for t in body if isinstance(t, Kernel)), "forward")
     out: list[Template] = []
     if gather:
@@ -76,9 +76,8 @@ def with_fsdp(unit: Unit, body: list[Template], o: LowerOptions,
 
 
 def _copy(name: str, kind: str, layer: int, nbytes: float,
-          duration: Callable[[Op], float] | None) -> Kernel:
+          duration: Callable[[Op], float]) -> Kernel:
     """A memory-bound FSDP2 copy kernel of ``nbytes`` HBM traffic on the compute stream."""
-    assert duration is not None
     return Kernel(name, kind, duration(Op(name, "elementwise", 0.0, nbytes, None, (), 0.0)),
                   layer=layer)
 

@@ -33,9 +33,6 @@ from typing import Literal
 
 from simtrain.workload.ops import Op
 
-LAYOUTS = ("sbh", "bsh")
-Layout = Literal["sbh", "bsh"]
-
 
 def vanilla_copy_bytes(nbytes: float) -> float:
     """HBM bytes of the chunk-cat copy beside an SP collective of ``nbytes``: 2·n."""

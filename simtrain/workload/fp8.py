@@ -130,10 +130,12 @@ def runs_in_fp8(op: Op) -> bool:
 
 def gathers_fp8(site_kind: str, gemm: Op) -> bool:
     """Whether an SP all-gather at a Megatron "f" (before ``gemm``) or "g" (after it) moves
-    FP8 under FP8 training: it gathers ``gemm``'s own FP8 operand (module docstring)."""
+    FP8 under FP8 training: it gathers ``gemm``'s own FP8 operand (module docstring);
+    ``gemm`` may be the forward GEMM or its dgrad."""
     if not runs_in_fp8(gemm) or gemm.role == "expert":
         return False
-    return gemm.name.endswith(_GATHERED_INPUT if site_kind == "f" else _GATHERED_GRAD)
+    base = gemm.name.removesuffix(".dgrad")
+    return base.endswith(_GATHERED_INPUT if site_kind == "f" else _GATHERED_GRAD)
 
 
 def cast_bytes_per_element(recipe: str) -> float:
@@ -167,8 +169,9 @@ def cast_kernels(op: Op, recipe: str, microbatches: int, sp_gather: int = 1) -> 
     amax = per - 4.0 if recipe == "current" else 0.0
     dgrad = op.name.endswith(".dgrad")
     base = op.name.removesuffix(".dgrad")
-    gathered = (sp_gather > 1 and recipe in FP8_GATHER_RECIPES and op.role != "expert"
-                and base.endswith(_GATHERED_GRAD if dgrad else _GATHERED_INPUT))
+    # the forward input is gathered at an "f", dgrad's dY at a "g"
+    gathered = (sp_gather > 1 and recipe in FP8_GATHER_RECIPES
+                and gathers_fp8("g" if dgrad else "f", op))
     operand = m * k  # dgrad (m, k, n): dY is m x (forward's n) = m·k
     out: list[float]
     launches = 0
