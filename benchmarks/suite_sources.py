@@ -213,13 +213,22 @@ def nemo2_docs(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
                 shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
                 gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
                 vp=cfg["vp"], ep=cfg["ep"], dp=None, fsdp=bool(cfg.get("fsdp")),
-                prec=_nemo2_prec(cfg["rel"])))
+                prec=_nemo2_prec(cfg["rel"], bool(variant))))
     return unique(rows)
 
 
-def _nemo2_prec(release: str) -> str:
+def _nemo2_prec(release: str, alt: bool = False) -> str:
     """The source's fixed precision: 25.02 "FP8 precision (using NeMo 2.0)" (no recipe
-    stated); 25.04 and 25.07 "FP8 with per-tensor current-step scaling" (FP8-CS)."""
+    stated); 25.04 and 25.07 "FP8 with per-tensor current-step scaling" (FP8-CS).
+
+    25.07's parenthesised second run (every such row is GB200) states no precision. Its
+    successors on the same performance-summary page label theirs: Megatron Bridge 25.11
+    prints "(FP8-MX)" for the parenthesised GB200/GB300/B200 runs, and 25.09's are read
+    as MXFP8 by `_bridge_prec`; the 8B pair also matches 25.11's CS/MX ratio
+    (measured_runs.yaml: 25.07 GB200 8B 30341/31737 = 0.956; 25.11 GB200 8B
+    29789/31508 = 0.945). So the alt run is taken as MXFP8 here too."""
+    if alt and release == "25.07":
+        return "MXFP8"
     return "FP8" if release == "25.02" else "FP8-CS"
 
 
