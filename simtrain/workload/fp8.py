@@ -12,10 +12,12 @@ kernels around each FP8 GEMM:
 - forward (m, n, k): the input X (m x k) is cast, with its transpose for wgrad
   (``cast_transpose``: read 2 B, write 1 B + 1 B per element) — except where the kernel
   that produces X writes FP8 itself: TE's ``LayerNormLinear``/``LayerNormMLP`` fuse the
-  cast into the norm (QKV, fc1) and into the activation (fc2), under delayed scaling and
-  MXFP8 (``FUSED_INPUT_CASTS``; under delayed scaling wgrad still needs X's transpose,
-  a ``tex.fp8_transpose`` in the backward, TE 1.9: read 1 B, write 1 B; MXFP8's fused
-  kernel writes both copies), but not for the experts: TE's ``GroupedLinear``
+  cast into the norm (QKV, fc1) and into the activation (fc2) under delayed scaling, and
+  into the activation only under MXFP8 (``_WRITES_FP8``; under delayed scaling wgrad
+  still needs X's transpose, a ``tex.fp8_transpose`` in the backward, TE 1.9: read 1 B,
+  write 1 B; MXFP8's fused kernel writes both copies); under current scaling the norm
+  and activation compute the amax, so their quantize skips the amax pass
+  (``_WRITES_AMAX``); none of this for the experts: TE's ``GroupedLinear``
   quantises its own BF16 input (``tex.split_quantize`` over the routed tokens the
   dispatcher delivers, and the separate activation's output before fc2); the weight
   W (n x k) is cast once per step (TE casts weights on the first microbatch and caches
@@ -72,8 +74,19 @@ MXFP8_ARCHS = ("blackwell",)
 BLOCKWISE_ARCHS = ("hopper",)
 # GEMMs that stay BF16 under FP8 training (name suffixes of simtrain.workload.model ops).
 BF16_GEMMS = (".router", "lm_head")
-# FP8 GEMMs whose input is written in FP8 by the norm or activation kernel before them.
+# FP8 GEMMs whose input is written by the norm (QKV, fc1) or the activation (fc2) before them.
 FUSED_INPUT_CASTS = (".attn.qkv", ".mlp.fc1", ".mlp.fc2")
+# Which of those the norm/activation kernel quantises itself, per recipe (TE 2.x
+# ``pytorch/csrc/extensions/normalization.cpp`` and ``activation.cpp`` choose an ``Impl``
+# per quantizer): per-tensor delayed scaling FULLY_FUSED for both; MXFP8 FULLY_FUSED for
+# the activation (``quantize_gated`` has an MXFP8 path) but UNFUSED for the norm (norm in
+# BF16, then a separate quantize, unless ``NVTE_NORM_FWD_USE_CUDNN`` is set, which the
+# recipes simtrain validates against do not set); current scaling FUSED_NORM_AMAX_FP8 /
+# FUSED_ACTIVATION_AMAX_FP8 (the kernel writes BF16 and the amax, then a quantize kernel
+# without the separate amax pass); blockwise none (module docstring).
+_WRITES_FP8 = {"delayed": FUSED_INPUT_CASTS, "mxfp8": (".mlp.fc2",), "current": (),
+               "blockwise": ()}
+_WRITES_AMAX = {"current": FUSED_INPUT_CASTS}
 FP8_WEIGHT_BYTES = 2.0  # rowwise + columnwise FP8 copies of each GEMM weight parameter
 # Recipes whose SP all-gathers carry FP8 (module docstring): TE 1.9's delayed scaling and
 # torchao's tensorwise (current) scaling. MXFP8 (TE 2.x block scales) is left BF16: its
@@ -153,10 +166,11 @@ def cast_kernels(op: Op, recipe: str, microbatches: int, sp_gather: int = 1) -> 
     Forward (m, n, k): X (m·k) every microbatch, W (n·k) once per step (so / microbatches);
     dgrad (m, k, n): dY (m·n); wgrad: none. Current scaling adds an amax kernel per cast
     (its read is in ``cast_bytes_per_element``; the kernel is listed as one more launch
-    carrying no further bytes). An input written in FP8 by the norm or activation before
-    it (``FUSED_INPUT_CASTS``, delayed scaling) still needs its transpose for wgrad: TE 1.9
-    ``tex.fp8_transpose`` of ``ln_out_total`` and ``gelu_out`` in the backward (read 1 B,
-    write 1 B). ``sp_gather`` > 1: an operand SP all-gathers in FP8 (``gathers_fp8``) is
+    carrying no further bytes), except where the norm or activation before it computed
+    the amax (``_WRITES_AMAX``). An input written in FP8 by the norm or activation before
+    it (``_WRITES_FP8``) needs no cast; under delayed scaling it still needs its transpose
+    for wgrad: TE 1.9 ``tex.fp8_transpose`` of ``ln_out_total`` and ``gelu_out`` in the
+    backward (read 1 B, write 1 B). ``sp_gather`` > 1: an operand SP all-gathers in FP8 (``gathers_fp8``) is
     quantised on the rank's 1/sp_gather shard before the gather (read 2 B, write 1 B, +2 B
     amax under current scaling; TE 2.4 ``gather_along_first_dim(..., quantizer)``, TE 1.9
     ``grad_output_preprocess``), then the gathered FP8 copy is transposed (2 B).
@@ -166,9 +180,11 @@ def cast_kernels(op: Op, recipe: str, microbatches: int, sp_gather: int = 1) -> 
     m, n, k = op.gemm_shape
     m, n = m * op.groups, n * op.groups  # a grouped GEMM casts every group's operands
     per = cast_bytes_per_element(recipe)
-    amax = per - 4.0 if recipe == "current" else 0.0
     dgrad = op.name.endswith(".dgrad")
     base = op.name.removesuffix(".dgrad")
+    dense = op.role != "expert"  # GroupedLinear quantises its own BF16 input
+    fused_amax = not dgrad and dense and base.endswith(_WRITES_AMAX.get(recipe, ()))
+    amax = per - 4.0 if recipe == "current" and not fused_amax else 0.0
     # the forward input is gathered at an "f", dgrad's dY at a "g"
     gathered = (sp_gather > 1 and recipe in FP8_GATHER_RECIPES
                 and gathers_fp8("g" if dgrad else "f", op))
@@ -181,19 +197,20 @@ def cast_kernels(op: Op, recipe: str, microbatches: int, sp_gather: int = 1) -> 
     elif dgrad:
         out = [per * operand]
         launches = 1
-    elif (recipe == "delayed" and base.endswith(FUSED_INPUT_CASTS)
-          and op.role != "expert"):
-        out = [2.0 * operand]  # written in FP8 by the norm/activation: transpose only
-    elif (recipe == "mxfp8" and base.endswith(FUSED_INPUT_CASTS) and op.role != "expert"):
-        out = []  # the fused kernel writes rowwise and columnwise copies
+    elif dense and base.endswith(_WRITES_FP8[recipe]):
+        # written in FP8 by the norm/activation: delayed scaling still transposes it for
+        # wgrad; MXFP8's fused kernel writes the rowwise and columnwise copies itself
+        out = [2.0 * operand] if recipe == "delayed" else []
     else:
-        out = [per * operand]
+        out = [(4.0 if fused_amax else per) * operand]
         launches = 1
+    amax_launches = 0 if fused_amax else launches
     if not dgrad:
         out.append(per * n * k / max(microbatches, 1))
         launches += 1
+        amax_launches += 1
     if recipe == "current":
-        out += [0.0] * launches
+        out += [0.0] * amax_launches
     return out
 
 

@@ -59,8 +59,15 @@ def test_cast_bytes_by_hand() -> None:
     # QKV's input is written in FP8 by the fused norm: its transpose for wgrad (TE 1.9
     # fp8_transpose, read 1 B + write 1 B: 8·2 x 2 B = 32) and the weight's cast.
     assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "delayed", 2) == [32.0, 16.0]
-    # MXFP8's fused kernel writes both copies: only the weight.
-    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "mxfp8", 2) == [4.0625 * 4.0]
+    # MXFP8: TE 2.x norms quantise UNFUSED (BF16 norm, then a quantize writing both
+    # copies): X 16 x 4.0625 B = 65 and W 4 x 4.0625 = 16.25; the activation before fc2
+    # is FULLY_FUSED, so fc2 casts only its weight.
+    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "mxfp8", 2) == [65.0, 16.25]
+    assert cast_kernels(_gemm("layers.0.mlp.fc2", 8, 4, 2), "mxfp8", 2) == [16.25]
+    # current scaling: the norm computes QKV's input amax (FUSED_NORM_AMAX_FP8), so X is
+    # quantised without the amax pass, 16 x 4 B = 64, and only W's cast has an amax
+    # kernel: W 4 x 6 B = 24, one launch.
+    assert cast_kernels(_gemm("layers.0.attn.qkv", 8, 4, 2), "current", 2) == [64.0, 24.0, 0.0]
     # dgrad (m, k, n) = (8, 2, 4): dY is 8 x 4 -> 32 x 4 B; wgrad casts nothing.
     assert cast_kernels(_gemm("layers.0.attn.proj.dgrad", 8, 2, 4), "delayed", 2) == [128.0]
     assert cast_kernels(_gemm("layers.0.attn.proj.wgrad", 4, 2, 8), "delayed", 2) == []
@@ -157,21 +164,22 @@ def test_expert_gemms_cast_their_own_inputs() -> None:
     # TE's GroupedLinear quantises the routed BF16 tokens itself: an expert fc1 of 16
     # groups of (m, n, k) = (8, 4, 2), 2 microbatches, MXFP8 (4 + 2/32 B per element):
     # X 16·8·2 = 256 elements -> 1040 B, W 16·4·2 / 2 = 64 elements -> 260 B. The dense
-    # fc1 of the same name (its input written in FP8 by the fused norm) casts only W.
+    # fc1 of the same name is quantised after the BF16 norm (TE 2.x normalization.cpp
+    # UNFUSED for MXFP8): X 8·2 = 16 elements -> 65 B, W 4 x 4.0625 = 16.25 B.
     dense = _gemm("layers.0.mlp.fc1", 8, 4, 2)
     expert = Op(dense.name, "gemm", dense.flops * 16, dense.bytes * 16, (8, 4, 2), (), 0.0,
                 role="expert", groups=16)
     assert cast_kernels(expert, "mxfp8", 2) == [1040.0, 260.0]
-    assert cast_kernels(dense, "mxfp8", 2) == [4.0625 * 4.0]
+    assert cast_kernels(dense, "mxfp8", 2) == [65.0, 16.25]
 
 
 def test_gathered_operands_are_cast_on_the_shard() -> None:
     # SP over 4 ranks, current scaling: QKV (m, n, k) = (8, 4, 2) gathers its input in FP8,
     # so X (8·2 = 16 elements) is quantised on the rank's quarter, 4 elements x (2 read +
-    # 2 amax read + 1 write) = 20 B, and the gathered copy transposed, 16 x 2 B = 32 B;
-    # W 4·2 / 1 = 8 elements x 6 B = 48 B; two amax launches (X, W).
+    # 1 write) = 12 B (the norm computed the amax), and the gathered copy transposed,
+    # 16 x 2 B = 32 B; W 4·2 / 1 = 8 elements x 6 B = 48 B; one amax launch (W).
     qkv = _gemm("layers.0.attn.qkv", 8, 4, 2)
-    assert cast_kernels(qkv, "current", 1, sp_gather=4) == [20.0, 32.0, 48.0, 0.0, 0.0]
+    assert cast_kernels(qkv, "current", 1, sp_gather=4) == [12.0, 32.0, 48.0, 0.0]
     # Delayed: the proj dgrad's dY (8 x 4 = 32 elements) is cast on the shard (8 x 3 B)
     # and transposed after the gather (32 x 2 B); without SP it is one cast_transpose.
     dgrad = _gemm("layers.0.attn.proj.dgrad", 8, 4, 4)
