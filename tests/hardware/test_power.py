@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simtrain.hardware.gpus import get_gpu
@@ -44,6 +44,7 @@ def test_extrapolation_is_refused() -> None:
         power_limited_peak(500.0, (700.0, 989.4), (400.0, 835.0))
 
 
+@settings(max_examples=40)
 @given(st.floats(400.0, 700.0), st.floats(400.0, 700.0))
 def test_peak_rises_with_power_and_stays_between_ratings(a: float, b: float) -> None:
     lo, hi = sorted((a, b))
