@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simtrain.hardware.power import h100_peak_ratio
+
 _T = 1e12  # TFLOP/s -> FLOP/s
 _GB = 1e9  # GB/s -> B/s (decimal, as datasheets print bandwidth)
 _GIB = 2.0**30  # memory capacity
@@ -129,11 +131,14 @@ _CATALOGUE = [
     # SXM-class, 96GB HBM2e, 2.4 TB/s, default 500W power limit"; torchtitan
     # docs/performance.md "H100 (94/95GB HBM2e, lower TDP)" -> 94 GiB visible. The GH100
     # die (132 SMs) and NVLink4 (450 GB/s per direction, "fully connected" as stated) are
-    # H100 SXM's, and so are the nominal tensor peaks, which torchtitan's MFU also uses
-    # ("overstates the lower-TDP part's peak"): simtrain does not model the 500 W cap's
-    # lower sustained clock, so runs on this part read optimistic by that clock ratio.
+    # H100 SXM's. Its tensor peaks are not (torchtitan's MFU uses the SXM's and says it
+    # "overstates the lower-TDP part's peak"): the die at 500 W keeps 0.903 of them, on
+    # the line between the 400 W H100 NVL and the 700 W SXM ratings
+    # (simtrain.hardware.power). FP32 (quoted at the boost clock) keeps the SXM's.
     _spec("h100-96gb-hbm2e-500w", "H100 SXM 96GB HBM2e (500 W)", "hopper",
-          tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
+          tflops={**{k: v * h100_peak_ratio(500.0) for k, v in
+                     {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7}.items()},
+                  "fp32": 66.9},
           hbm_gib=94, hbm_tb_s=2.4, sms=132, nvlink_gb_s=450, pcie_gb_s=64),
     # hardware.yaml "H100 PCIe": only bf16 756 (torchtitan). Filled from the NVIDIA H100 PCIe
     # datasheet (general knowledge): fp16 756, fp8 1513 and tf32 378 (half the "with
