@@ -57,9 +57,14 @@ _TREE_CORRECTION = {
 }
 # Algorithms whose reduction happens in a switch; they run the Simple protocol only.
 IN_NETWORK = ("nvls", "collnet")
-# tuning.cc llMaxBws (GB/s) by GPU arch on one node; index by node count 1, 2, 4+.
+# tuning.cc llMaxBws (GB/s), index by node count 1, 2, 4+. NCCL picks the row by GPU arch
+# on one node and by host CPU vendor across nodes ("for single node, we look at GPU type;
+# for multi-node, we look at CPU type"): row 0 (its Volta/Intel row) for Intel and every
+# non-AMD CPU, row 1 (Ampere/AMD) for AMD; the Hopper and Blackwell rows' multi-node
+# entries are never read (reference/nccl.yaml index_meaning).
 _NCCL_LL_MAX = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
                 "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
+_LL_ROW_BY_CPU = {"intel": "volta", "arm": "volta", "amd": "ampere"}
 # NVLink bandwidth NCCL's topology search assumes per link (topo.h SMxx_NVLINK_BW, GB/s)
 # over the per-link line rate (25 GB/s NVLink2-4, 50 GB/s NVLink5): the fraction of line
 # rate SM-driven NVLink copies reach with 128-byte payloads (sjeaugey, nccl-tests#149:
@@ -202,11 +207,13 @@ class Backend:
         log_size = index.bit_length() - 1
         return row[log_size] if log_size < len(row) else 1.0
 
-    def bandwidth_cap(self, protocol: str, arch: str, nodes: int) -> float:
-        """Upper bound on a rank's bus bandwidth (bytes/s) for ``protocol`` (NCCL's LL cap)."""
+    def bandwidth_cap(self, protocol: str, arch: str, nodes: int, cpu: str = "intel") -> float:
+        """Upper bound on a rank's bus bandwidth (bytes/s) for ``protocol`` (NCCL's LL cap:
+        llMaxBws by GPU ``arch`` on one node, by host ``cpu`` vendor across nodes)."""
         if self.tuning is not None and protocol == "LL":
             table = self.tuning.ll_max_gbps
-            row = table.get(arch, table["ampere"])
+            key = arch if nodes <= 1 else _LL_ROW_BY_CPU.get(cpu, "volta")
+            row = table.get(key, table["ampere"])
             return row[min(nodes, 4).bit_length() - 1] * 1e9
         return float("inf")
 

@@ -67,6 +67,8 @@ class CommModel:
         self.fitted = tuple(fitted)
         self.backend = BACKENDS[backend] if isinstance(backend, str) else backend
         self.arch = arch
+        # Host CPU vendor (NCCL's multi-node LL cap row); preset clusters carry it.
+        self.cpu = getattr(getattr(fabric, "config", None), "host_cpu", "intel")
         self.forced = dict(algorithms or {})
         self.forced_protocol = protocol
         self.launch_override = launch_latency
@@ -152,7 +154,7 @@ class CommModel:
         (NCCL's LL) shared by the flows one rank sends at once.
         """
         cap = self.backend.flow_cap
-        bus_cap = self.backend.bandwidth_cap(protocol, self.arch, nodes)
+        bus_cap = self.backend.bandwidth_cap(protocol, self.arch, nodes, self.cpu)
         if bus_cap < float("inf") and phase.flows:
             senders: dict[object, int] = {}  # ranks, or switch ports (in-network)
             for src, _dst, _nb in phase.flows:

@@ -18,13 +18,18 @@ NVLS_ARCHS = ("hopper", "blackwell")
 # knowledge). Rail-optimized: 32 servers per rail leaf; fat tree: 32 // nics servers.
 LEAF_DOWN_PORTS = 32
 
+# host_cpu (default intel): DGX-2, DGX H100/H200 and DGX B200 run Intel Xeon hosts (NVIDIA
+# DGX datasheets; Azure's ND H100/H200 v5: Xeon 8480C, reference/nccl_modern.yaml), DGX
+# A100 AMD EPYC, the NVL72 racks Grace (Arm).
 # Preset dicts hold ClusterConfig fields in YAML spelling. They never pin GPU-derived numbers
 # (NVLink/PCIe rates), so overriding ``gpu`` keeps the rest consistent.
 CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # DGX A100: 8x A100 80GB on NVSwitch, 8x HDR 200 Gb/s NICs, one per GPU
-    # (NVIDIA/nccl#812, "DGX-A100 8x200Gbit/s IB"; reference/hardware.yaml HDR row).
+    # (NVIDIA/nccl#812, "DGX-A100 8x200Gbit/s IB"; reference/hardware.yaml HDR row); two
+    # AMD EPYC 7742 hosts (NVIDIA DGX A100 datasheet).
     "dgx-a100": {"gpu": "a100-80gb", "gpus_per_node": 8, "intra_node": "nvswitch",
-                 "nics_per_node": 8, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
+                 "nics_per_node": 8, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized",
+                 "host_cpu": "amd"},
     # DGX/HGX H100: 8x H100 SXM, NVLink4 via 4 NVSwitches (astra-sim HGX-H100 page), 8x CX-7
     # NDR 400 Gb/s, one per GPU (reference/hardware.yaml NDR row, nccl-tests#267).
     "dgx-h100": {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node": "nvswitch",
@@ -48,12 +53,12 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # general knowledge). A "node" is a rack: NCCL treats the NVLink domain as one node.
     "gb200-nvl72": {"gpu": "gb200", "gpus_per_node": 72, "intra_node": "nvswitch",
                     "gpus_per_tray": 4, "gpus_per_cpu": 2, "nics_per_node": 72,
-                    "nic_bandwidth": "400Gbps", "fabric": "rail-optimized"},
+                    "nic_bandwidth": "400Gbps", "fabric": "rail-optimized", "host_cpu": "arm"},
     # GB300 NVL72: the same rack with B300s and ConnectX-8 800 Gb/s per GPU (NVIDIA GB300
     # NVL72 product page; general knowledge).
     "gb300-nvl72": {"gpu": "gb300", "gpus_per_node": 72, "intra_node": "nvswitch",
                     "gpus_per_tray": 4, "gpus_per_cpu": 2, "nics_per_node": 72,
-                    "nic_bandwidth": "800Gbps", "fabric": "rail-optimized"},
+                    "nic_bandwidth": "800Gbps", "fabric": "rail-optimized", "host_cpu": "arm"},
     # DGX-2: 16x V100 32GB on NVSwitch, 8x EDR 100 Gb/s NICs, two GPUs per NIC (NVIDIA DGX-2
     # datasheet; the Megatron-LM 2020 calibration system, reference/calibration.yaml).
     "dgx-2": {"gpu": "v100-32gb", "gpus_per_node": 16, "intra_node": "nvswitch",
@@ -62,7 +67,8 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     # shared 200G NIC. Socket link 16 GB/s is NCCL's AMD_BW (topo.h, reference/nccl.yaml).
     "pcie-a100": {"gpu": "a100-80gb-pcie", "gpus_per_node": 8, "intra_node": "pcie",
                   "pcie_switches_per_node": 4, "cpu_link_bandwidth": "16GB/s",
-                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized"},
+                  "nics_per_node": 1, "nic_bandwidth": "200Gbps", "fabric": "rail-optimized",
+                  "host_cpu": "amd"},
     # Same with H100 PCIe on Gen5; socket link 22 GB/s is NCCL's SRP_QPI_BW (Sapphire Rapids).
     "pcie-h100": {"gpu": "h100-pcie", "gpus_per_node": 8, "intra_node": "pcie",
                   "pcie_switches_per_node": 4, "cpu_link_bandwidth": "22GB/s",

@@ -95,6 +95,8 @@ class ClusterConfig(BaseModel):
     # Rack-scale NVLink domains: GPUs per compute tray and per Grace CPU (0 = not drawn).
     gpus_per_tray: int = 0
     gpus_per_cpu: int = 0
+    # Host CPU vendor: NCCL caps multi-node LL bandwidth by it (simtrain.comm.backends).
+    host_cpu: Literal["intel", "amd", "arm"] = "intel"
     custom: CustomTopology | None = None
 
     @model_validator(mode="before")

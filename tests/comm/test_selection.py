@@ -229,3 +229,19 @@ def test_more_nic_bandwidth_never_slows_the_chosen_all_reduce(slow, factor, n):
         return CommModel(c, "nccl", arch="hopper").choose(
             Call("all_reduce", tuple(range(16)), float(n)))[2]
     assert t(slow * factor) <= t(slow) * (1 + 1e-12)
+
+
+def test_ll_cap_by_gpu_on_one_node_and_by_host_cpu_across_nodes():
+    # tuning.cc llMaxBws[index1][index2] (reference/nccl.yaml): one node: the GPU's row
+    # (Hopper 141 GB/s); across nodes the CPU vendor's: row 0 for Intel and every non-AMD
+    # CPU (39, 39, 20.4), row 1 for AMD (87.7, 22.5, 19.0), index2 = 1, 2, 4+ nodes.
+    assert NCCL.bandwidth_cap("LL", "hopper", 1) == pytest.approx(141e9)
+    assert NCCL.bandwidth_cap("LL", "hopper", 4, "intel") == pytest.approx(20.4e9)
+    assert NCCL.bandwidth_cap("LL", "hopper", 2, "amd") == pytest.approx(22.5e9)
+    assert NCCL.bandwidth_cap("LL", "blackwell", 2, "arm") == pytest.approx(39e9)
+    assert NCCL.bandwidth_cap("LL", "ampere", 16, "amd") == pytest.approx(19e9)
+    assert NCCL.bandwidth_cap("Simple", "hopper", 4, "intel") == float("inf")
+    # The presets carry the host: DGX A100 runs AMD EPYC, DGX H100 Intel Xeon, NVL72 Grace.
+    hosts = {p: CommModel(cluster(p), "nccl").cpu for p in ("dgx-a100", "dgx-h100",
+                                                              "gb200-nvl72")}
+    assert hosts == {"dgx-a100": "amd", "dgx-h100": "intel", "gb200-nvl72": "arm"}
