@@ -136,7 +136,8 @@ def _rows_table(name: str, rows: list[Any]) -> Table:
                   else "yellow" if abs(r.error) <= 0.25 else "red")
         needs = r.extra.get("needs") if r.skipped.startswith("not expressible") else None
         note = (f"not expressible: {', '.join(needs)} (see --json)" if needs
-                else r.skipped if r.skipped.startswith("simulation failed")
+                else r.skipped if r.skipped.startswith(("simulation failed", "not expressible",
+                                                        "not comparable"))
                 else f"not representable: {r.skipped}" if r.skipped
                 else "known miss (see --json)" if r.note and r.suite == "nccl" else r.note)
         table.add_row(r.id, METRIC_LABELS.get(r.metric, r.metric), f"{r.published:,.1f}",

@@ -8,10 +8,12 @@ import pytest
 
 from simtrain.comm.validation import (
     DEFAULT_PATH,
+    Point,
     _rows_of,
     count_points,
     load_series,
     published_busbw,
+    transient_points,
 )
 from simtrain.errors import ScenarioError
 
@@ -86,3 +88,17 @@ def test_voltage_park_single_node_floor_is_eight_launches():
     (row,) = _rows_of(one)
     assert row.extra["time_us"] == pytest.approx(15.0, abs=0.1)
     assert row.extra["measured_us"] == pytest.approx(8 * 4.24, abs=0.01)
+
+
+def test_a_point_slower_than_a_larger_message_is_not_compared():
+    # Times are bytes / busbw (the series' busbw factor cancels): 32 KiB at 0.001 GB/s is
+    # 32768 / 1e6 = 32.8 ms; the fastest larger message is 64 KiB at 0.5 GB/s, 65536 / 5e8
+    # = 0.131 ms -> 250x, over the 2x limit; 64 KiB is faster than 2 MiB at 10 GB/s
+    # (2097152 / 1e10 = 0.21 ms), so it stays.
+    pts = (Point(32768, 0.001, False), Point(65536, 0.5, False), Point(2097152, 10.0, False))
+    flagged = transient_points(pts)
+    assert set(flagged) == {32768}
+    assert flagged[32768].startswith("published time is 250.0x that of the 65,536-byte")
+    # the bundled EFA series: its 32 and 64 KiB points, and no other point of the suite
+    assert {s.id: sorted(transient_points(s.points)) for s in load_series()
+            if transient_points(s.points)} == {"mlengineering-p6-b200-4x8-efa": [32768, 65536]}
