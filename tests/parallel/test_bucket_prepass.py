@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simtrain import load_scenario, simulate
 from simtrain.hardware.gpus import get_gpu
@@ -62,3 +64,12 @@ def test_every_bucket_runs_its_passes_before_its_reduce_scatter(tp: int):
     added = sum(s.duration for s in passes)
     grown = on.summary["step_time_s"] - off.summary["step_time_s"]
     assert 0.0 < grown <= added * (1 + 1e-6)
+
+
+@given(numel=st.integers(0, 10**10), grad_bytes=st.sampled_from([2, 4]),
+       nan_check=st.booleans(), prescale=st.booleans())
+def test_prepass_moves_the_bucket_once_per_read_and_write(numel, grad_bytes, nan_check,
+                                                          prescale):
+    # the norm reads the bucket once, the scaling reads and writes it: 1 and 2 passes
+    total = sum(prepass_bytes(numel, grad_bytes, nan_check=nan_check, prescale=prescale))
+    assert total == numel * grad_bytes * (int(nan_check) + 2 * int(prescale))
