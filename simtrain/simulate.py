@@ -17,6 +17,7 @@ from simtrain.engine.timeline import (
 )
 from simtrain.fidelity import FidelityChoice, choose_fidelity, fidelity_note
 from simtrain.hardware.topology import Cluster, build_cluster
+from simtrain.parallel.bucket_prepass import prepass_timer
 from simtrain.parallel.expert import deepep_problem
 from simtrain.parallel.fsdp import gathered_bytes
 from simtrain.parallel.lower import Lowering, LowerOptions
@@ -123,7 +124,9 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
         reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
         fsdp_reduce_dtype=par.fsdp.reduce_dtype, fsdp_copies=par.fsdp.copies,
     )
-    options = replace(options, optimizer_step=optimizer_timer(scenario, cluster))
+    options = replace(options, optimizer_step=optimizer_timer(scenario, cluster),
+                      bucket_prepass=prepass_timer(scenario.parallelism.ddp,
+                                                   scenario.compute, cluster.gpu_spec))
     if par.moe_dispatcher == "deepep" and plan.dims.ep > 1:
         dims = plan.dims
         problem = deepep_problem({dims.ep_group(r) for r in range(dims.world_size)},

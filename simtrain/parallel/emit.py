@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simtrain.engine.taskgraph import TaskGraph
+from simtrain.parallel.bucket_prepass import PrepassWatch
 from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
 from simtrain.parallel.expert import expert_load
 from simtrain.parallel.fsdp import FSDP_REPLICATE_GROUP, FSDP_SHARD_GROUP
@@ -44,6 +45,8 @@ class State:
     param_ag: dict[tuple[int, str], int] = field(default_factory=dict)
     # (rank, unit) gathered by FSDP and kept until its gradients are reduced (no reshard)
     unsharded: set[tuple[int, str]] = field(default_factory=set)
+    # Megatron-Core's per-bucket passes before each DP collective (bucket_prepass.py)
+    prepass: PrepassWatch | None = None
 
 
 class Emitter:
@@ -167,6 +170,8 @@ class Emitter:
             for tid, r in enumerate(ranks, start=first):
                 for p in k.params:
                     grad_ready[(r, p)] = tid
+            if st.prepass is not None:
+                st.prepass.ready(self, stage, ranks, range(first, first + len(ranks)), k.params)
 
     def collective(self, stage: int, c: Collective, meta: dict[str, Any]) -> None:
         """``c`` over each of the stage's groups of its kind, after every member's frontier."""

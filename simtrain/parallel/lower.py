@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.parallel import data_parallel, program
+from simtrain.parallel.bucket_prepass import PrepassWatch
 from simtrain.parallel.context import emit_ring
 from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, emit_param_gather
 from simtrain.parallel.emit import Emitter
@@ -87,6 +88,11 @@ class Lowering:
         # per-rank tasks their gradient sum waits for, as each copy finishes.
         self._copies = copies(self.schedule)
         self._copy_ready: dict[tuple[int, int], dict[int, list[int]]] = {}
+        if options.bucket_prepass is not None and self.dims.zero != 3:
+            self.em.state.prepass = PrepassWatch.build(
+                [(s, c, data_parallel.buckets(chunk, options))
+                 for s, chunks in enumerate(units) for c, chunk in enumerate(chunks)],
+                options.bucket_prepass)
 
     def templates(self, stage: int, chunk: int, phase: str) -> list[Template]:
         """The task templates of ``phase`` of ``chunk`` on ``stage`` (computed once)."""

@@ -51,6 +51,10 @@ class LowerOptions:
     # The optimizer step's kernels on one rank (simtrain.workload.optimizer.optimizer_step
     # bound to the GPU): (local parameter numels, ZeRO shards) -> its time and launches.
     optimizer_step: Callable[[list[int], int], OptimizerStep] | None = None
+    # Megatron-Core's passes over each gradient bucket before its collective
+    # (simtrain.parallel.bucket_prepass; ddp.check_for_nan_in_grad / ddp.prescale): a
+    # bucket's gradient count -> their seconds on the compute stream; None: none.
+    bucket_prepass: Callable[[int], float] | None = None
     # ZeRO-3 / FSDP2 knobs (simtrain.parallel.fsdp; the HSDP shard group is in dims).
     reshard_after_forward: bool = True
     fsdp_prefetch: int = 1

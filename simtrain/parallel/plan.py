@@ -22,18 +22,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from simtrain.parallel.context_volume import CP_ALGORITHMS, check_context, ulysses_degree
+from simtrain.parallel.ddp import DDPConfig
 from simtrain.parallel.expert import expert_layout_problem
 from simtrain.parallel.fsdp import FSDPConfig, check_fsdp
 from simtrain.parallel.schedule import SCHEDULES, model_chunks, schedule_problems
-from simtrain.units import MiBCount
 from simtrain.workload.layers import kv_heads_per_rank
 from simtrain.workload.memory import Recompute
 from simtrain.workload.model import ModelConfig
-
-# PyTorch DDP defaults, torch/csrc/distributed/c10d/reducer.hpp:
-# kDefaultFirstBucketBytes = 1 MiB, kDefaultBucketBytesCap = 25 MiB.
-DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20
-DEFAULT_FIRST_BUCKET_BYTES = 1 * 2**20
 
 DIMS = ("tp", "cp", "pp", "dp")
 TP_OVERLAP_NEEDS_SP = ("tp_comm_overlap needs sequence parallelism (parallelism.sp: true): "
@@ -42,38 +37,6 @@ TP_OVERLAP_NEEDS_SP = ("tp_comm_overlap needs sequence parallelism (parallelism.
 PARAM_GATHER_NEEDS_ZERO = ("parallelism.ddp.overlap_param_gather needs the distributed "
                            "optimizer (parallelism.zero: 1 or 2), got zero={zero}; set zero "
                            "to 1 or 2 or overlap_param_gather: false")
-
-
-class DDPConfig(BaseModel):
-    """PyTorch DistributedDataParallel gradient bucketing.
-
-    ``bucket_cap_mb`` and ``first_bucket_mb`` are MiB as in PyTorch (a plain number), or a
-    size string such as "25MB".
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    bucket_cap_mb: MiBCount = DEFAULT_BUCKET_CAP_BYTES
-    first_bucket_mb: MiBCount = DEFAULT_FIRST_BUCKET_BYTES
-    overlap: bool = Field(True, description="launch bucket all-reduces during backward")
-    # Gradients are all-reduced in the parameters' dtype: fp32 for AMP training with fp32
-    # master parameters (PyTorch DDP + autocast), bf16 when the model itself is bf16.
-    grad_dtype: str = Field("fp32", pattern="^(fp32|bf16|fp16)$")
-    # Megatron --overlap-param-gather (distributed optimizer, zero 1 or 2): the updated
-    # parameters are all-gathered bucket by bucket (the gradient buckets, in the parameter
-    # dtype) during the next forward instead of after the optimizer; each layer's first
-    # forward waits for the buckets holding its parameters.
-    overlap_param_gather: bool = Field(
-        False, description="all-gather updated ZeRO-1/2 parameters per bucket during the "
-        "first forward instead of after the optimizer (needs zero 1 or 2)")
-
-    @property
-    def bucket_cap_bytes(self) -> float:
-        return self.bucket_cap_mb
-
-    @property
-    def first_bucket_bytes(self) -> float:
-        return self.first_bucket_mb
 
 
 class ParallelismConfig(BaseModel):

@@ -110,6 +110,8 @@ def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any],
                 if grads:
                     for p in params:
                         st.grad_ready[(r, p)] = last
+            if grads and st.prepass is not None:
+                st.prepass.ready(em, stage, local, [st.frontier[r][0] for r in local], params)
         else:
             assert c.op == "reduce_scatter", f"no TP overlap for {c.op}"
             firsts, rests = {}, {}
@@ -119,6 +121,12 @@ def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any],
                 if grads:
                     for p in params:
                         st.grad_ready[(r, p)] = rests[r]
+            after: dict[int, list[int]] = {}
+            if grads and st.prepass is not None:  # the passes follow the GEMM, not the RS
+                for r in local:
+                    st.frontier[r] = [rests[r]]
+                st.prepass.ready(em, stage, local, [rests[r] for r in local], params)
+                after = {r: st.frontier[r] for r in local}
             rs_main = em.coll(c.op, grp, c.nbytes * big, f"{c.name} (1-{n - 1}/{n})",
                               kind=c.kind, stream=c.group, deps=sorted(firsts.values()),
                               meta=m)
@@ -126,4 +134,4 @@ def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any],
                               kind=c.kind, stream=c.group,
                               deps=sorted({rs_main, *rests.values()}), meta=m)
             for r in grp:
-                st.frontier[r] = [rs_last]
+                st.frontier[r] = [rs_last, *after.get(r, [])]
