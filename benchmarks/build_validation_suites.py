@@ -101,8 +101,13 @@ def model_body(key: str, shape: dict[str, Any], seq: int, *, layers: int | None 
         body["num_kv_heads"] = kv
     if "ffn" in shape:
         body["ffn_hidden_size"] = shape["ffn"]
+    if key.startswith("Qwen3"):  # QK-norm (arXiv:2505.09388 Sec. 2; Bridge qk_layernorm)
+        body["qk_norm"] = True
     if key.startswith("GPT-OSS"):
         body["bias"] = True  # biases in attention and experts (the model card; NeMo)
+        # GLU inputs clamped at 7 (the model card; Megatron Bridge GPTOSSProvider
+        # activation_func_clamp_value = 7.0)
+        body["activation_clamp"] = 7.0
     if "experts" in shape:
         body.update(num_experts=shape["experts"], experts_per_token=shape["topk"])
         if "moe_ffn" in shape:

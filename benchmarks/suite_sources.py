@@ -278,17 +278,34 @@ def automodel(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
     rows = []
     for r in source["rows"]:
         name = re.sub(r"\s*\(\d\d\.\d\d\)$", "", r["model"])
+        ep = r.get("ep") or automodel_ep(r)
         # "kernels: TE + DeepEP" (source): the EP all-to-alls run DeepEP's dispatch.
-        deepep = "DeepEP" in r.get("kernels", "") and (r.get("ep") or 1) > 1
+        deepep = "DeepEP" in r.get("kernels", "") and (ep or 1) > 1
         rows.append(make_row(
             rid=slug(name, f"{r['gpus']}gpu"), src=r,
             published={"iteration_time_ms": round(r["step_s"] * 1e3, 3),
                        "tokens_per_s_per_gpu": r["tok_s_gpu"]},
             model=name, shapes=shapes, seq=r["seq"], system="DGX-H100", gpus=r["gpus"],
             gbs=r["gbs"], mbs=r["mbs"], tp=r["tp"], pp=r["pp"], cp=r["cp"], vp=r.get("vp"),
-            ep=r.get("ep"), fsdp=True, prec="BF16",
+            ep=ep, fsdp=True, prec="BF16",
             par={"moe_dispatcher": "deepep"} if deepep else None))
     return unique(rows)
+
+
+def automodel_ep(r: dict[str, Any]) -> int | None:
+    """The EP degree of an AutoModel row that lists DeepEP but prints no EP (GPT-OSS).
+
+    DeepEP is an expert-parallel dispatch, so such a run has EP > 1; the table's seven
+    rows that print EP all follow ep = min(GPUs per pipeline stage, 64): Nemotron V3 Nano
+    and Qwen3 MoE 30B 8 of 8, Nemotron V3 Super 64 of 64, Kimi K2 32 (256 GPUs / pp 8),
+    DeepSeek V3 64 (256 / pp 4 and 1,024 / pp 4), Nemotron V3 Ultra 64 (128 GPUs). Without
+    EP the 64-GPU GPT-OSS 120B row would gather all 117B parameters under FSDP for every
+    micro-batch: 3.7 TB per GPU per step in simtrain's count, 870 GB/s over its published
+    4.3 s step, against one 400 Gb/s NIC (50 GB/s) per H100 across its 8 servers. None
+    for rows without DeepEP."""
+    if "DeepEP" not in r.get("kernels", ""):
+        return None
+    return min(r["gpus"] // (r.get("pp") or 1), 64)
 
 
 def mcore_moe(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
@@ -332,7 +349,9 @@ SPECS_MEGATRON = [
                   "Compared: step time (time per global step) and tokens/s/GPU. FSDP2 over the",
                   "data-parallel group (zero 3), micro-batch = the published MBS, no activation",
                   "recompute (not stated), DGX H100 preset. FSDP2 is torch fully_shard (source:",
-                  "'PyTorch-native backend: FSDP2'): its copy-out/copy-in kernels run."],
+                  "'PyTorch-native backend: FSDP2'): its copy-out/copy-in kernels run.",
+                  "GPT-OSS rows list DeepEP but print no EP: ep = min(GPUs per stage, 64), the",
+                  "rule every row that prints EP follows (suite_sources.automodel_ep)."],
               base={"parallelism": {"order": ORDER, "fsdp": {"copies": True}},
                     "sim": {"granularity": "layer"}}),
     SuiteSpec("mcore-moe-mixtral", "megatron_core_moe_readme_mixtral", "mcore-2024-model",

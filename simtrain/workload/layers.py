@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from simtrain.workload.eager import eager_activation, eager_norm, eager_rope
+from simtrain.workload.glu_clamp import expert_bias, glu_clamp
 from simtrain.workload.mla import mla_attention, mla_projections, mla_widths
 from simtrain.workload.ops import (
     ACT_FLOPS,
@@ -131,6 +132,13 @@ def _act(cfg: ModelConfig, name: str, tokens: int, fc1: int, width: int, dt: int
     return op
 
 
+def _clamp(cfg: ModelConfig, name: str, elements: int, dt: int) -> list[Op]:
+    """The GLU input clamp before a gated activation (``model.activation_clamp``), if any."""
+    if cfg.activation_clamp is None or cfg.activation != "swiglu":
+        return []
+    return [glu_clamp(f"{name}.clamp", elements, dt)]
+
+
 def layer_window(cfg: ModelConfig, i: int) -> int | None:
     """The sliding window of layer ``i`` (None: full attention): every layer's when
     ``sliding_window_pattern`` is 1, else all but layers n-1, 2n-1, ... (n the pattern)."""
@@ -219,9 +227,13 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
 
     act = replace(_act(cfg, f"{p}.mlp.act", tokens, fc1_out, fe, dt), role="expert")
     router = gemm(f"{p}.mlp.router", m, cfg.num_experts, h, dt, False, dt * m * h)
+    clamp = [replace(op, role="expert") for op in _clamp(cfg, f"{p}.mlp", tokens * fc1_out, dt)]
+    # Megatron-Core adds the experts' fc2 bias outside the grouped GEMM (glu_clamp.py).
+    bias = [expert_bias(f"{p}.mlp.fc2_bias", tokens * h, dt)] if cfg.bias else []
     experts = [grouped(gemm(f"{p}.mlp.fc1", tokens, fc1_out, h, dt, cfg.bias, dt * tokens * h)),
-               act,
-               grouped(gemm(f"{p}.mlp.fc2", tokens, h, fe, dt, cfg.bias, dt * tokens * fe))]
+               *clamp, act,
+               grouped(gemm(f"{p}.mlp.fc2", tokens, h, fe, dt, cfg.bias, dt * tokens * fe)),
+               *bias]
     return router, experts
 
 
@@ -276,6 +288,9 @@ def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard,
     hl = al * d
     qkv = gemm(f"{p}.attn.qkv", m, hl + 2 * kvl, h, dt, cfg.bias, dt * m * h)
     items.append(replace(qkv, parts=(hl, kvl, kvl)))
+    if cfg.qk_norm:  # one RMSNorm kernel over each head's d values, queries then keys
+        items += [norm(f"{p}.attn.q_norm", d, False, m * al, dt),
+                  norm(f"{p}.attn.k_norm", d, False, m * (kvl // d), dt)]
     if cfg.position_embedding == "rope":
         rope = elementwise(f"{p}.attn.rope", m * (hl + kvl), m * (hl + kvl), ROPE_FLOPS, dt)
         eager = cfg.elementwise == "eager"
@@ -297,7 +312,7 @@ def _mlp(cfg: ModelConfig, name: str, m: int, width: int, dt: int) -> list[Item]
     fc1 = (2 if cfg.activation == "swiglu" else 1) * width
     up = gemm(f"{name}.fc1", m, fc1, h, dt, cfg.bias, dt * m * h)
     return [replace(up, parts=(width, width)) if cfg.activation == "swiglu" else up,
-            _act(cfg, f"{name}.act", m, fc1, width, dt),
+            *_clamp(cfg, name, m * fc1, dt), _act(cfg, f"{name}.act", m, fc1, width, dt),
             gemm(f"{name}.fc2", m, h, width, dt, cfg.bias, dt * m * width)]
 
 

@@ -91,8 +91,10 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     [standard kernel: softmax 2·a·sl·s·b/t, its dropout mask a·sl·s·b/t, scores after
     dropout 2·a·sl·s·b/t]; proj input 2·sl·b·h/t; attention dropout mask sl·b·h (r);
     fc1 input 2·sl·b·h (r); activation input 2·sl·b·fc1/t; fc2 input 2·sl·b·f/t; MLP
-    dropout mask sl·b·h (r). MoE: the expert MLP terms are multiplied by the tokens each
-    rank's experts see (top-k x capacity), shared experts add a dense MLP's terms and the
+    dropout mask sl·b·h (r); QK-norm: its inputs 2·sl·b·(a·d + kv)/t and fp32 rstd
+    4·sl·b·(a + g)/t; a clamped GLU: the unclamped fc1 output 2·sl·b·fc1/t. MoE: the
+    expert MLP terms are multiplied by the tokens each rank's experts see (top-k x
+    capacity), shared experts add a dense MLP's terms and the
     router its fp32 logits; the fullest of a dense and a MoE layer counts when the first
     layers are dense. MLA: ``mla.mla_activation_units`` in place of Q, K, V and the proj
     input. Query width a·d (= h unless head_dim is given). ``op`` (torchtitan's per-op
@@ -121,15 +123,18 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
         attn, full = split * sl * b, latent * sl * b
     else:
         attn = (2.0 * (q + 2 * kv) + 2.0 * q) * sl * b
+        if cfg.qk_norm:  # QK-norm saves its inputs, q and k, and fp32 rstd per head row
+            attn += (2.0 * (q + kv) + 4.0 * (cfg.num_heads + cfg.kv_heads)) * sl * b
     if cfg.attention_kernel == "standard" and recompute == "none" and cfg.attention != "mla":
         attn += (4.0 + mask) * cfg.num_heads * sl * s * b
-    mlp = _mlp_units(cfg.ffn_size, 1.0, cfg.activation) * sl * b
+    clamp = cfg.activation_clamp is not None
+    mlp = _mlp_units(cfg.ffn_size, 1.0, cfg.activation, clamp) * sl * b
     router = 0.0
     if cfg.is_moe:
         routed = cfg.experts_per_token * (cfg.capacity_factor or 1.0)
-        moe = _mlp_units(cfg.expert_ffn_size, routed, cfg.activation)
+        moe = _mlp_units(cfg.expert_ffn_size, routed, cfg.activation, clamp)
         if cfg.shared_expert_ffn_size:
-            moe += _mlp_units(cfg.shared_expert_ffn_size, 1.0, cfg.activation)
+            moe += _mlp_units(cfg.shared_expert_ffn_size, 1.0, cfg.activation, clamp)
         router = 4.0 * sl * b * cfg.num_experts / 2.0  # fp32 logits in 16-bit units
         # The fullest layer: dense first layers (dense_layers > 0) may hold more.
         mlp = max(moe * sl * b, mlp if cfg.dense_layers else 0.0)
@@ -152,11 +157,14 @@ def op_checkpoint_widths(q: int, kv: int, h: int, f: int, swiglu: bool) -> tuple
     return (sum(w for col, w in saved if col) + q, sum(w for col, w in saved if not col))
 
 
-def _mlp_units(width: int, tokens: float, activation: str) -> float:
+def _mlp_units(width: int, tokens: float, activation: str, clamp: bool = False) -> float:
     """Saved MLP activations per token in 16-bit units: activation input 2·fc1 and fc2
-    input 2·f, for ``tokens`` copies of each token (top-k x capacity for experts)."""
+    input 2·f, for ``tokens`` copies of each token (top-k x capacity for experts); a
+    clamped GLU (``model.activation_clamp``, workload.glu_clamp) also saves the
+    unclamped fc1 output, 2·fc1 more."""
     fc1 = 2 * width if activation == "swiglu" else width
-    return (2.0 * fc1 + 2.0 * width) * tokens
+    saved = 2.0 * fc1 * (2 if clamp and activation == "swiglu" else 1)
+    return (saved + 2.0 * width) * tokens
 
 
 def pipeline_inflight_formula(schedule: str, p: int, m: int, stage: int, v: int = 1) -> float:

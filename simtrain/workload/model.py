@@ -138,8 +138,16 @@ class ModelConfig(BaseModel):
     # 1 = every layer slides (Mistral).
     sliding_window: int | None = None
     sliding_window_pattern: int = 1
+    # QK-norm: an RMSNorm over each head's query and key (head_dim wide, one weight each)
+    # between the QKV projection and RoPE: Qwen3 (Qwen3 Technical Report, arXiv:2505.09388,
+    # Sec. 2; Megatron Bridge Qwen3 providers qk_layernorm=True).
+    qk_norm: bool = False
     ffn_hidden_size: int | None = None
     activation: Literal["gelu", "swiglu"] = "gelu"
+    # A gated activation whose inputs are clamped first (gate <= L, linear half in [-L, L]):
+    # GPT-OSS, L = 7 (OpenAI gpt-oss model card 2025; Megatron Bridge GPTOSSProvider
+    # activation_func_clamp_value). Megatron-Core clamps in eager ops (workload.glu_clamp).
+    activation_clamp: float | None = None
     vocab_size: int
     max_seq_len: int
     tied_embeddings: bool = True
@@ -217,6 +225,14 @@ class ModelConfig(BaseModel):
     def _positive(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None and value <= 0:
             raise ValueError(f"model.{info.field_name} must be a positive integer, got {value}")
+        return value
+
+    @field_validator("activation_clamp")
+    @classmethod
+    def _clamp_positive(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise ValueError(f"model.activation_clamp must be a positive number (GPT-OSS: 7) "
+                             f"or null, got {value}")
         return value
 
     @model_validator(mode="after")
@@ -333,7 +349,8 @@ def _attention_params(cfg: ModelConfig) -> int:
     if cfg.attention == "mla":
         return mla_params(cfg)
     h, q = cfg.hidden_size, cfg.num_heads * cfg.head_width
-    return h * cfg.qkv_width + q * h + (cfg.qkv_width + h if cfg.bias else 0)
+    qk_norm = 2 * cfg.head_width if cfg.qk_norm else 0
+    return h * cfg.qkv_width + q * h + (cfg.qkv_width + h if cfg.bias else 0) + qk_norm
 
 
 def _parameters(cfg: ModelConfig, routed: int) -> int:

@@ -39,18 +39,18 @@ MOE_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-30b-a3b": dict(_LLAMA_STYLE, name="Qwen3-30B-A3B", num_layers=48,
                           hidden_size=2048, num_heads=32, num_kv_heads=4, head_dim=128,
                           num_experts=128, experts_per_token=8, moe_ffn_hidden_size=768,
-                          vocab_size=151936, max_seq_len=32768),
+                          vocab_size=151936, max_seq_len=32768, qk_norm=True),
     "qwen3-235b-a22b": dict(_LLAMA_STYLE, name="Qwen3-235B-A22B", num_layers=94,
                             hidden_size=4096, num_heads=64, num_kv_heads=4, head_dim=128,
                             num_experts=128, experts_per_token=8, moe_ffn_hidden_size=1536,
-                            vocab_size=151936, max_seq_len=32768),
+                            vocab_size=151936, max_seq_len=32768, qk_norm=True),
     # GPT-OSS 120B (OpenAI 2025 model card: 116.8B total, 5.1B active per token): biases
     # in attention and experts; its sliding-window layers (128 tokens on every other
     # layer) are not modelled here: every layer attends over the full sequence.
     "gpt-oss-120b": dict(_LLAMA_STYLE, name="GPT-OSS 120B", num_layers=36, hidden_size=2880,
                          num_heads=64, head_dim=64, num_experts=128, experts_per_token=4,
                          moe_ffn_hidden_size=2880, vocab_size=201088, max_seq_len=131072,
-                         bias=True),
+                         bias=True, activation_clamp=7.0),
 }
 
 
