@@ -270,8 +270,14 @@ def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
                 shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
                 gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
                 vp=cfg.get("vp"), ep=cfg.get("ep"), fsdp=bool(cfg.get("fsdp")), prec=prec,
-                training=training, model_extra=extra, needs=needs))
+                training=training, model_extra=extra, needs=needs, par=BRIDGE_DDP))
     return unique(rows)
+
+
+# Megatron Bridge's recipes keep Megatron-Core's NaN check of each gradient bucket and
+# average in the collective (no 1/dp pre-scaling): megatron_bridge 0.3.1's recipe DDP
+# config (check_for_nan_in_grad True, average_in_collective True).
+BRIDGE_DDP: dict[str, Any] = {"ddp": {"check_for_nan_in_grad": True}}
 
 
 def automodel(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
@@ -343,7 +349,9 @@ SPECS_MEGATRON = [
                   "25.09 rows print no precision: FP8, their parenthesised run a finer",
                   "granularity (H100 blockwise, Blackwell MXFP8); alt runs are rows ...-alt;",
                   "superseded rows (published, later replaced) are kept as ...-superseded.",
-                  "tokendrop rows: capacity_factor 1.0; dropless otherwise."]),
+                  "tokendrop rows: capacity_factor 1.0; dropless otherwise.",
+                  "Each gradient bucket's NaN check before its collective, as the Bridge",
+                  "recipes keep it (ddp.check_for_nan_in_grad)."]),
     SuiteSpec("nemo-automodel-h100", "nemo_automodel_h100_bf16", "", automodel,
               choices=[
                   "Compared: step time (time per global step) and tokens/s/GPU. FSDP2 over the",
