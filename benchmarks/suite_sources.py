@@ -30,6 +30,18 @@ COMMON_BASE: dict[str, Any] = {
                     "ddp": {"overlap_param_gather": True}},
     "sim": {"granularity": "layer"},
 }
+# NeMo 2.0's performance runs keep and reduce gradients in bf16: nemo_toolkit 2.2.0 (25.02)
+# sets ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` in every recipe's
+# ``pretrain_performance_optimizations`` (llama3_8b/70b, llama31_405b, nemotron4_15b/340b,
+# gpt3_175b, mixtral_8x7b/8x22b), 2.3.0 (25.04) in ``scripts/performance/utils.py``
+# ``set_primary_perf_configs`` for every FP8 run, 2.4.0 (25.07) in
+# ``scripts/performance/helpers.py`` ``set_precision_configs``. Megatron's DDP then holds
+# its gradient buffers in the parameters' dtype (bf16) instead of fp32.
+NEMO2_BASE: dict[str, Any] = {
+    "parallelism": {"zero": 1, "order": ORDER, "tp_comm_overlap": True,
+                    "ddp": {"overlap_param_gather": True, "grad_dtype": "bf16"}},
+    "sim": {"granularity": "layer"},
+}
 MEGATRON_CHOICES = [
     "Not stated, chosen (NeMo/Megatron performance recipes): sequence parallel with tp > 1,",
     "distributed optimizer (zero 1) with --overlap-grad-reduce and --overlap-param-gather,",
@@ -340,9 +352,14 @@ SPECS_MEGATRON = [
                   "ring attention (NeMo's p2p cp_comm_type); B200 rows use gpus_in_first_version",
                   "(= tp*cp*dp, the source's doubt)."]),
     SuiteSpec("nemo2-docs", "nemo2_docs_pages_partial", "", nemo2_docs,
-              choices=MEGATRON_CHOICES + [
+              choices=[c.replace("fp32 gradient reduction", "bf16 gradient reduction")
+                       for c in MEGATRON_CHOICES] + [
                   "Compared in tokens/s/GPU. Rows with alt: the parenthesised run as its own",
-                  "row (id ...-alt) with the differing fields applied."]),
+                  "row (id ...-alt) with the differing fields applied. Gradients in bf16",
+                  "(ddp.grad_dtype): NeMo's performance recipes set grad_reduce_in_fp32",
+                  "False in every release here (2.2.0 recipes' performance optimizations,",
+                  "2.3.0 scripts/performance/utils.py, 2.4.0 helpers.py)."],
+              base=NEMO2_BASE),
     SuiteSpec("megatron-bridge", "megatron_bridge_perf_summary", "", megatron_bridge,
               choices=MEGATRON_CHOICES + [
                   "Compared in tokens/s/GPU (the published TFLOP/s count causal attention).",

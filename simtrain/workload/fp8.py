@@ -170,9 +170,10 @@ def cast_kernels(op: Op, recipe: str, microbatches: int, sp_gather: int = 1) -> 
     the amax (``_WRITES_AMAX``). An input written in FP8 by the norm or activation before
     it (``_WRITES_FP8``) needs no cast; under delayed scaling it still needs its transpose
     for wgrad: TE 1.9 ``tex.fp8_transpose`` of ``ln_out_total`` and ``gelu_out`` in the
-    backward (read 1 B, write 1 B). ``sp_gather`` > 1: an operand SP all-gathers in FP8 (``gathers_fp8``) is
-    quantised on the rank's 1/sp_gather shard before the gather (read 2 B, write 1 B, +2 B
-    amax under current scaling; TE 2.4 ``gather_along_first_dim(..., quantizer)``, TE 1.9
+    backward (read 1 B, write 1 B). ``sp_gather`` > 1: an operand SP all-gathers in FP8
+    (``gathers_fp8``) is quantised on the rank's 1/sp_gather shard before the gather (read
+    2 B, write 1 B, +2 B amax under current scaling; TE 2.4 ``gather_along_first_dim(...,
+    quantizer)``, TE 1.9
     ``grad_output_preprocess``), then the gathered FP8 copy is transposed (2 B).
     """
     if not runs_in_fp8(op) or op.gemm_shape is None or op.name.endswith(".wgrad"):
