@@ -57,6 +57,10 @@ def validate(
         "--row", "-r", help="only the rows whose id matches this shell pattern (e.g. "
                             "'*b200*'); repeat for several")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    full_steps: Annotated[bool, typer.Option(
+        "--full-steps", help="simulate every microbatch of long steps instead of "
+                             "extrapolating from three short runs (simtrain.steady_state)")
+    ] = False,
 ) -> None:
     """Simulate published training runs and NCCL measurements; print the error of each row."""
     from simtrain.validation import all_suites, count_rows, run_suites, summarize
@@ -85,7 +89,7 @@ def validate(
                 bar.update(task, advance=1, description=f"{name} · {row_id}")
 
             rows = run_suites(chosen, directory, jobs=workers, granularity=granularity,
-                              progress=advance, only=row)
+                              progress=advance, only=row, steady=not full_steps)
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     summary = summarize(rows)

@@ -69,11 +69,16 @@ class Plan:
     units: list[list[list[Unit]]]  # [stage][chunk] -> units of one rank of that stage
     schedule: Schedule  # its placement says which model chunk each units[stage][chunk] is
     p2p_bytes: float
+    # Microbatches of the full step, over which once-per-step kernels (FP8 weight casts)
+    # are amortised: micro_batches, unless a steady-state run simulates fewer
+    # (``simtrain.steady_state``); 0 means micro_batches.
+    step_micro_batches: int = 0
 
 
-def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
+def build_plan(scenario: Scenario, cluster: Cluster, step_micro_batches: int = 0) -> Plan:
     """Resolve degrees, the pipeline schedule and the model shard of each (stage, chunk),
-    the model chunk the schedule's placement puts there."""
+    the model chunk the schedule's placement puts there. ``step_micro_batches``: see
+    ``Plan`` (0: the scenario's own)."""
     par, train, cfg = scenario.parallelism, scenario.training, scenario.model
     dims = par.dims(cluster.num_gpus)
     m = micro_batches(scenario, cluster)
@@ -91,13 +96,13 @@ def build_plan(scenario: Scenario, cluster: Cluster) -> Plan:
               for layers, first, last in row] for row in cells]
     if is_costed(kind):  # built for this model's F, B, W times (same placement)
         costs = phase_costs(units, cp=dims.cp, recompute=par.recompute,
-                            op_time=op_timer(scenario, cluster, m))
+                            op_time=op_timer(scenario, cluster, step_micro_batches or m))
         if min(costs) > 0:
             schedule = make_schedule(kind, dims.pp, m, dims.vpp, costs)
     # SP, or Megatron's scatter-gather without it, sends each TP rank's 1/tp of it.
     split = dims.sp or par.pp_scatter_gather
     p2p = dt * b * (s // dims.cp) * cfg.hidden_size / (dims.tp if split else 1)
-    return Plan(dims, m, units, schedule, float(p2p))
+    return Plan(dims, m, units, schedule, float(p2p), step_micro_batches)
 
 
 def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
@@ -135,7 +140,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
             raise scenario_error(scenario, "parallelism.moe_dispatcher", problem)
     options = replace(options, symmetry=choice.symmetry)
     graph = TaskGraph(num_ranks=cluster.num_gpus)
-    timer = op_timer(scenario, cluster, plan.micro_batches)
+    timer = op_timer(scenario, cluster, plan.step_micro_batches or plan.micro_batches)
     Lowering(graph, plan.units, plan.schedule, options, timer).run()
     return graph
 
@@ -282,18 +287,19 @@ OOM_HINT = ("add tensor/pipeline parallelism, a higher parallelism.zero stage, "
             "parallelism.recompute: full or a smaller micro_batch_size")
 
 
-def lower_checked(scenario: Scenario, cluster: Cluster, choice: FidelityChoice, oom_hint: str
-                  ) -> tuple[Plan, MemoryReport, TaskGraph]:
+def lower_checked(scenario: Scenario, cluster: Cluster, choice: FidelityChoice, oom_hint: str,
+                  step_micro_batches: int = 0) -> tuple[Plan, MemoryReport, TaskGraph]:
     """Plan, check FP8 support and memory, and lower ``scenario`` on ``cluster``; each
     refusal a ScenarioError naming its field (``oom_hint``: what to change when it does
-    not fit, before the ``sim.ignore_memory`` escape)."""
+    not fit, before the ``sim.ignore_memory`` escape; ``step_micro_batches``: see
+    ``Plan``)."""
     recipe = scenario.training.fp8_recipe
     if recipe is not None:
         try:
             check_fp8(cluster.gpu_spec.arch, cluster.gpu_spec.name, recipe)
         except ValueError as err:
             raise scenario_error(scenario, "training.dtype", str(err)) from None
-    plan = build_plan(scenario, cluster)
+    plan = build_plan(scenario, cluster, step_micro_batches)
     memory = memory_report(scenario, cluster, plan)
     if not memory.fits() and not scenario.sim.ignore_memory:
         raise scenario_error(
@@ -307,18 +313,19 @@ def lower_checked(scenario: Scenario, cluster: Cluster, choice: FidelityChoice, 
     return plan, memory, graph
 
 
-def simulate(scenario: Scenario | str | Path | Mapping[str, Any]) -> SimulationResult:
+def simulate(scenario: Scenario | str | Path | Mapping[str, Any], *,
+             step_micro_batches: int = 0) -> SimulationResult:
     """Simulate one training step of ``scenario`` (a Scenario, a YAML path or a dict).
 
     Raises ScenarioError when the plan does not fit in GPU memory, unless
-    ``sim.ignore_memory`` is set.
+    ``sim.ignore_memory`` is set. ``step_micro_batches``: see ``Plan`` (steady-state runs).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     cluster = build_cluster(scenario.cluster).with_link_slowdowns(
         [(s.between, s.slowdown) for s in scenario.sim.link_slowdowns])
     choice = choose_fidelity(scenario, cluster)
-    plan, memory, graph = lower_checked(scenario, cluster, choice, OOM_HINT)
+    plan, memory, graph = lower_checked(scenario, cluster, choice, OOM_HINT, step_micro_batches)
     comm = scenario.comm.build(cluster, cluster.gpu_spec.arch)
     sim = scenario.sim
     compute = scenario.compute

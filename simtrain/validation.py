@@ -28,7 +28,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -213,9 +213,10 @@ class RowJob:
     # simulated once, compared each against its own published numbers.
     twins: tuple[dict[str, Any], ...] = ()
     cost: float = 0.0  # row_cost of its scenario: rows are started most costly first
+    steady: bool = True  # long steps by steady-state extrapolation (simtrain.steady_state)
 
 
-def row_cost(scenario: Scenario) -> float:
+def row_cost(scenario: Scenario, steady: bool = False) -> float:
     """Rough relative simulation cost of a row, to start the slowest rows first.
 
     The engine's work grows with the tasks a step emits and the flows of its collectives:
@@ -223,16 +224,19 @@ def row_cost(scenario: Scenario) -> float:
     times the collectives per layer (one for TP, cp ring steps for CP, ep^2 / 16 for the
     EP all-to-alls' flows), plus the ZeRO-3 gathers over dp x cp ranks per layer and
     microbatch. Ranked against the measured row times it orders them with a Spearman
-    correlation of 0.87 (0.43 for microbatches x stages)."""
+    correlation of 0.87 (0.43 for microbatches x stages). ``steady``: only the share of the
+    microbatches a steady-state run simulates (``simtrain.steady_state``)."""
     from simtrain.hardware.topology import build_cluster
+    from simtrain.steady_state import simulated_share
 
-    d = scenario.parallelism.dims(build_cluster(scenario.cluster).num_gpus)
+    gpus = build_cluster(scenario.cluster).num_gpus
+    d = scenario.parallelism.dims(gpus)
     m = scenario.training.global_batch_size // (d.dp * scenario.training.micro_batch_size)
     per_layer = 1 + (d.tp > 1) + (d.cp > 1) * d.cp + (d.ep > 1) * d.ep * d.ep / 16
     cost = m * scenario.model.num_layers * d.cp * per_layer
     if d.zero == 3:
         cost += m * scenario.model.num_layers * d.dp * d.cp / 4
-    return float(cost)
+    return float(cost) * (simulated_share(scenario, gpus) if steady else 1.0)
 
 
 def _skipped_rows(job: RowJob, reason: str) -> list[Row]:
@@ -245,6 +249,7 @@ def predict_row(job: RowJob) -> list[Row]:
     """Simulate one row and compare each published metric (worker-process entry point)."""
     from simtrain.hardware.topology import build_cluster
     from simtrain.simulate import build_plan, memory_report, simulate
+    from simtrain.steady_state import steady_step
 
     if job.skipped:
         return _skipped_rows(job, job.skipped)
@@ -261,7 +266,11 @@ def predict_row(job: RowJob) -> list[Row]:
         scenario = scenario.model_copy(update={"sim": scenario.sim.model_copy(
             update={"ignore_memory": True})})
     try:
-        summary = simulate(scenario).summary
+        if job.steady:
+            run = steady_step(scenario, cluster)
+            summary = run.summary
+        else:
+            summary = simulate(scenario).summary
     except (ScenarioError, ValueError) as exc:
         return _skipped_rows(job, f"simulation failed: {exc}")
     step = float(summary["step_time_s"])
@@ -277,6 +286,9 @@ def predict_row(job: RowJob) -> list[Row]:
              "ignore_memory": scenario.sim.ignore_memory,
              "wall_s": round(time.perf_counter() - started, 3),
              "cpu_s": round(time.process_time() - cpu, 3)}  # the row's own, on a shared machine
+    if job.steady and run.points:
+        extra["steady_state"] = {"micro_batches": list(run.points), "step_s": list(run.times),
+                                 "extrapolated": not run.why_full}
     rows = []
     for entry in (job.entry, *job.twins):
         needs = entry.get("needs") or []  # written for a missing feature; accepted now
@@ -310,17 +322,17 @@ def _with_twins(work: list[tuple[tuple[str, int], RowJob]]
             groups.setdefault(_same_scenario(job), []).append((key, job))
     for members in groups.values():
         (first_key, first), rest = members[0], members[1:]
-        job = RowJob(first.suite, first.entry, first.body, first.flops_kind,
-                     twins=tuple(j.entry for _, j in rest), cost=first.cost)
+        job = replace(first, twins=tuple(j.entry for _, j in rest))
         out.append(([first_key, *(k for k, _ in rest)], job))
     return out
 
 
 def suite_jobs(suite: str, directory: Path | None = None,
-               granularity: str | None = None) -> list[RowJob]:
+               granularity: str | None = None, steady: bool = True) -> list[RowJob]:
     """A job per row of a scenario suite; unexpressible rows carry their reason.
 
-    ``granularity`` overrides every row's ``sim.granularity`` (op, layer, stage)."""
+    ``granularity`` overrides every row's ``sim.granularity`` (op, layer, stage);
+    ``steady``: extrapolate long steps from short runs (``simtrain.steady_state``)."""
     data = load_suite(suite, directory)
     flops_kind = str(data.get("flops") or "")
     jobs = []
@@ -328,8 +340,8 @@ def suite_jobs(suite: str, directory: Path | None = None,
         if granularity is not None:
             body["sim"] = {**(body.get("sim") or {}), "granularity": granularity}
         scenario, reason = expressible(suite, entry, body, directory)
-        jobs.append(RowJob(suite, entry, body, flops_kind, reason,
-                           cost=row_cost(scenario) if scenario is not None else 0.0))
+        cost = row_cost(scenario, steady) if scenario is not None else 0.0
+        jobs.append(RowJob(suite, entry, body, flops_kind, reason, cost=cost, steady=steady))
     return jobs
 
 
@@ -356,10 +368,10 @@ def row_selected(row_id: str, patterns: Sequence[str] | None) -> bool:
 def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: int = 1,
                granularity: str | None = None,
                progress: Callable[[str, str], None] | None = None,
-               only: Sequence[str] | None = None) -> list[Row]:
+               only: Sequence[str] | None = None, steady: bool = True) -> list[Row]:
     """Predict every row of ``suites`` (in that order), ``jobs`` rows at a time in worker
     processes; ``progress(suite, row_id)`` after each row. ``only``: shell-style patterns
-    of the row ids to run (every row when None)."""
+    of the row ids to run (every row when None); ``steady``: see ``suite_jobs``."""
     names = list(suites)
     known = all_suites(directory)
     for name in names:
@@ -390,7 +402,7 @@ def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: in
                     progress(name, row.id)
             continue
         work += [((name, k), job) for k, job in
-                 enumerate(suite_jobs(name, directory, granularity))
+                 enumerate(suite_jobs(name, directory, granularity, steady))
                  if row_selected(str(job.entry["id"]), only)]
     todo = sorted(_with_twins(work), key=lambda item: -item[1].cost)
 
