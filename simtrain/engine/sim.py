@@ -222,6 +222,12 @@ class Executor:
             groups, group = g.groups, g.group
             for dep in g.dep_ids[start:end]:
                 dep_ranks = groups[group[dep]]
+                if len(dep_ranks) == 1:  # the common case (a member's compute), no set op
+                    if dep_ranks[0] in members:
+                        per_rank.setdefault(dep_ranks[0], []).append(dep)
+                        continue
+                    if dep_ranks[0] in virtual:
+                        continue
                 inside = members.intersection(dep_ranks)
                 if not inside and not all(r in virtual for r in dep_ranks):
                     inside = members
