@@ -122,7 +122,10 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
     finish, waiters, comm_of, duration, flops, dep_start, dep_ids, first, last, issue_any = \
         ex.columns
     rate_of, load = ex.sharing.rate_of, ex.sharing.load.get(st.rank)
+    # The rate is 1 where no collective runs on the rank (Executor._rate's first case).
+    loaded = load is not None and load[0] > 0
     tasks, places, slowdown, own, entries = st.tasks, st.places, st.slowdown, st.own, st.entries
+    moves = ex._moves
     if not entries:
         st.base = now
     i, n = st.i, len(tasks)
@@ -151,7 +154,8 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
         rate, f = 1.0, flops[tid]
         if work > 0:
             work = work * slowdown
-            rate = rate_of(work, f, load)
+            if loaded:
+                rate = rate_of(work, f, load)
             now = now + work / rate
         tail = (last[places[i]] + duration[tid] * slowdown / ex._kernels(tid) if issued
                 else -math.inf)
@@ -160,7 +164,11 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
             entry.reach = now = now + (tail - now)
         entries.append(entry)
         own.add(tid)
-        _publish(ex, tid, now)
+        finish[tid] = now  # _publish, inline
+        if moves:
+            moved = moves.get(tid)
+            if moved:
+                moves[tid] = [_move(ex.env, ev, now) for ev in moved]
         if waiters:
             waiter = waiters.pop(tid, None)
             if waiter is not None:

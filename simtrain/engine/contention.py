@@ -97,21 +97,26 @@ class ComputeSharing:
         members = self._members.get(ranks)
         if members is None:
             members = self._members[ranks] = tuple(r for r in ranks if r not in self.virtual)
+        loads, running, on_change = self.load, self.running, self.on_change
+        sm, hbm = delta * share[0], delta * share[1]
         for rank in members:
-            load = self.load.setdefault(rank, [0.0, 0.0, 0.0])
+            load = loads.get(rank)
+            if load is None:
+                load = loads[rank] = [0.0, 0.0, 0.0]
             load[0] += delta
-            load[1] += delta * share[0]
-            load[2] += delta * share[1]
-            for run in self.running.get(rank, ()):
-                rate = self.rate_of(run.work, run.flops, load)
-                if rate == run.rate:
-                    continue
-                run.remaining -= (now - run.since) * run.rate
-                run.since = now
-                run.rate = rate
-                self._wake(run)
-            if self.on_change is not None:
-                self.on_change(rank)
+            load[1] += sm
+            load[2] += hbm
+            if running:
+                for run in running.get(rank, ()):
+                    rate = self.rate_of(run.work, run.flops, load)
+                    if rate == run.rate:
+                        continue
+                    run.remaining -= (now - run.since) * run.rate
+                    run.since = now
+                    run.rate = rate
+                    self._wake(run)
+            if on_change is not None:
+                on_change(rank)
 
     def _wake(self, run: _Run) -> None:
         run.stamp += 1

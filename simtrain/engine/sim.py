@@ -94,6 +94,10 @@ class Executor:
         self.issue = IssueTimes.of(issue or {}, graph)
         self._issue_any = bool(self.issue)
         self._meta_kernels = [m.get("kernels", 1) for m in graph.metas]
+        # Per rank group (code): its size, and how many of its ranks are simulated (must
+        # arrive at its collectives); the graph is complete when it runs.
+        self.sizes = [len(ranks) for ranks in graph.groups]
+        self.need = [sum(1 for r in ranks if r not in graph.virtual) for ranks in graph.groups]
         # "flow": collectives move flows that share links (contention). "analytic": each
         # collective takes its idle-network time, still waiting for all members.
         self.analytic = network == "analytic"
@@ -189,7 +193,7 @@ class Executor:
     def _pending(self, tid: int, rank: int) -> list[int]:
         """Dependencies ``rank`` must see before it can reach task ``tid``, not yet ended."""
         finish, now, g = self.finish, self.env._now, self.graph
-        if len(g.groups[g.group[tid]]) == 1:  # _dep_ids' first case, inline (the common one)
+        if self.sizes[g.group[tid]] == 1:  # _dep_ids' first case, inline (the common one)
             dep_ids = g.dep_ids
             return [dep_ids[k] for k in range(g.dep_start[tid], g.dep_start[tid + 1])
                     if not finish[dep_ids[k]] <= now]
@@ -218,6 +222,12 @@ class Executor:
             groups, group = g.groups, g.group
             for dep in g.dep_ids[start:end]:
                 dep_ranks = groups[group[dep]]
+                if len(dep_ranks) == 1:  # the common case (a member's compute), no set op
+                    if dep_ranks[0] in members:
+                        per_rank.setdefault(dep_ranks[0], []).append(dep)
+                        continue
+                    if dep_ranks[0] in virtual:
+                        continue
                 inside = members.intersection(dep_ranks)
                 if not inside and not all(r in virtual for r in dep_ranks):
                     inside = members
@@ -249,10 +259,7 @@ class Executor:
 
     def _members(self, tid: int) -> int:
         """How many ranks must arrive at task ``tid``: its simulated members."""
-        ranks = self.graph.ranks(tid)
-        if not self.graph.virtual:
-            return len(ranks)
-        return sum(1 for r in ranks if r not in self.graph.virtual)
+        return self.need[self.graph.group[tid]]
 
     def _weights(self, spec: CommSpec, ranks: tuple[int, ...],
                  flows: Sequence[tuple[Endpoint, Endpoint, float]],

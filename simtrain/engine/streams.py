@@ -154,7 +154,15 @@ class Stream:
                     return
                 tid = tasks[self.i]
                 self.cursor[0] = tid
-                pending = ex._pending(tid, self.rank)
+                # ex._pending, inline (it runs once per task reached)
+                now, finish = env._now, ex.finish
+                if ex.sizes[ex.graph.group[tid]] == 1:
+                    dep_ids = ex.graph.dep_ids
+                    pending = [dep_ids[k] for k in range(ex.graph.dep_start[tid],
+                                                         ex.graph.dep_start[tid + 1])
+                               if not finish[dep_ids[k]] <= now]
+                else:
+                    pending = [d for d in ex._dep_ids(tid, self.rank) if not finish[d] <= now]
                 state = _DEPS
                 if len(pending) == 1:
                     self._wait(ex._waiter(pending[0]), _DEPS)  # no AllOf to build
@@ -167,10 +175,10 @@ class Stream:
                 if comm_of[tid] < 0:
                     state = _TOP  # its dependencies have ended: the chain runs it
                     continue
-                issued = ex.issue.at(self.places[self.i]) if ex._issue_any else None
-                if issued is not None and issued[0] > env._now:
+                first = ex.issue.first[self.places[self.i]] if ex._issue_any else math.nan
+                if first > env._now:  # (NaN: no issue time)
                     self.since = env._now  # the GPU waits for the host: a "host" span
-                    self._wait(env.timeout(issued[0] - env._now), _HOST)
+                    self._wait(env.timeout(first - env._now), _HOST)
                     return
                 state = _HOST
                 self.since = -1.0
@@ -178,9 +186,11 @@ class Stream:
                 tid = tasks[self.i]
                 if self.since >= 0:
                     ex.timeline.record_host(self.rank, self.since, env._now, tid)
-                arrived = ex.arrivals.setdefault(tid, {})
+                arrived = ex.arrivals.get(tid)
+                if arrived is None:
+                    arrived = ex.arrivals[tid] = {}
                 arrived[self.rank] = env._now
-                if len(arrived) == ex._members(tid):
+                if len(arrived) == ex.need[ex.graph.group[tid]]:
                     Collective(ex, tid, arrived)
                 self._wait(ex._waiter(tid), _COMM)
                 return

@@ -146,6 +146,17 @@ class Timeline:
         self._comm_meta.setdefault(task, meta)
         ref = task * 4 + COMM_SPAN
         rows, waited = self._comm_rows, self._comm_waited
+        k = len(ranks)
+        if len(arrived) == k:  # every member simulated: the rows in one go per column
+            row = len(self._rank)
+            rows.extend(range(row, row + k))
+            waited.extend([start - arrived[rank] for rank in ranks])
+            self._rank.extend(ranks)
+            self._start.extend([start] * k)
+            self._end.extend([end] * k)
+            self._ref.extend([ref] * k)
+            self._spans = self._table = None
+            return
         add_rank, add_start, add_end, add_ref = (self._rank.append, self._start.append,
                                                  self._end.append, self._ref.append)
         row = len(self._rank)
