@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simtrain.comm.algorithms import AlgorithmError, Call
-from simtrain.comm.backends import NCCL
+from simtrain.comm.backends import _LL_ROW_BY_CPU, NCCL
 from simtrain.comm.model import CommModel
 from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
@@ -245,3 +247,6 @@ def test_ll_cap_by_gpu_on_one_node_and_by_host_cpu_across_nodes():
     hosts = {p: CommModel(cluster(p), "nccl").cpu for p in ("dgx-a100", "dgx-h100",
                                                               "gb200-nvl72")}
     assert hosts == {"dgx-a100": "amd", "dgx-h100": "intel", "gb200-nvl72": "arm"}
+    # every vendor the cluster field accepts has its llMaxBws row, and no other
+    accepted = get_args(ClusterConfig.model_fields["host_cpu"].annotation)
+    assert set(accepted) == set(_LL_ROW_BY_CPU)
