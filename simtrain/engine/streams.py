@@ -154,15 +154,7 @@ class Stream:
                     return
                 tid = tasks[self.i]
                 self.cursor[0] = tid
-                # ex._pending, inline (it runs once per task reached)
-                now, finish = env._now, ex.finish
-                if ex.sizes[ex.graph.group[tid]] == 1:
-                    dep_ids = ex.graph.dep_ids
-                    pending = [dep_ids[k] for k in range(ex.graph.dep_start[tid],
-                                                         ex.graph.dep_start[tid + 1])
-                               if not finish[dep_ids[k]] <= now]
-                else:
-                    pending = [d for d in ex._dep_ids(tid, self.rank) if not finish[d] <= now]
+                pending = ex._pending(tid, self.rank)
                 state = _DEPS
                 if len(pending) == 1:
                     self._wait(ex._waiter(pending[0]), _DEPS)  # no AllOf to build
