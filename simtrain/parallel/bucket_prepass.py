@@ -58,16 +58,17 @@ class PrepassWatch:
     def ready(self, em: Emitter, stage: int, ranks: Sequence[int], tids: Sequence[int],
               params: Sequence[str]) -> None:
         """``tids[i]`` produced ``params``' last-microbatch gradients on ``ranks[i]`` of
-        ``stage``: emit
-        the passes of every bucket this completes after it, and make them the rank's
-        frontier and the bucket's readiness (its collective waits for them)."""
+        ``stage``: emit the passes of every bucket this completes after it, and make them
+        the rank's frontier and the bucket's readiness (its collective waits for them)."""
         done: dict[BucketKey, list[int]] = {}
         for r, tid in zip(ranks, tids, strict=True):
             for p in params:
                 key = self.bucket_of.get((stage, p))
                 if key is None:
                     continue
-                left = self.left.setdefault((r, key), set(self.members[key]))
+                left = self.left.get((r, key))
+                if left is None:  # the bucket's first gradient on this rank
+                    left = self.left[(r, key)] = set(self.members[key])
                 left.discard(p)
                 if not left:
                     del self.left[(r, key)]
