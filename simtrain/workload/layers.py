@@ -134,7 +134,7 @@ def _act(cfg: ModelConfig, name: str, tokens: int, fc1: int, width: int, dt: int
 
 def _clamp(cfg: ModelConfig, name: str, elements: int, dt: int) -> list[Op]:
     """The GLU input clamp before a gated activation (``model.activation_clamp``), if any."""
-    if cfg.activation_clamp is None or cfg.activation != "swiglu":
+    if cfg.activation_clamp is None:  # (the model accepts a clamp with swiglu only)
         return []
     return [glu_clamp(f"{name}.clamp", elements, dt)]
 

@@ -229,10 +229,14 @@ class ModelConfig(BaseModel):
 
     @field_validator("activation_clamp")
     @classmethod
-    def _clamp_positive(cls, value: float | None) -> float | None:
+    def _clamp_positive(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is not None and not value > 0:
             raise ValueError(f"model.activation_clamp must be a positive number (GPT-OSS: 7) "
                              f"or null, got {value}")
+        activation = info.data.get("activation")
+        if value is not None and activation != "swiglu":
+            raise ValueError(f"model.activation_clamp clamps a gated activation's two "
+                             f"inputs: it needs activation swiglu, got {activation}")
         return value
 
     @model_validator(mode="after")

@@ -88,6 +88,16 @@ def test_bad_clamp_is_a_one_line_error():
                                     "seq_len": 128}})
 
 
+def test_clamp_without_a_gated_activation_is_a_one_line_error():
+    # it would otherwise be ignored: only a gated (swiglu) activation has the two inputs
+    with pytest.raises(ScenarioError, match="activation_clamp clamps a gated activation"):
+        load_scenario({"cluster": {"preset": "dgx-h100", "nodes": 1},
+                       "model": {"preset": "tiny-moe", "activation": "gelu",
+                                 "activation_clamp": 7},
+                       "training": {"global_batch_size": 8, "micro_batch_size": 1,
+                                    "seq_len": 128}})
+
+
 def test_qk_norm_kernels_params_and_saved_bytes_by_hand():
     from simtrain.workload.model import num_parameters
     base = ModelConfig.from_preset("qwen3-30b-a3b", num_layers=1)
