@@ -81,20 +81,22 @@ def extrapolate(points: Sequence[int], times: Sequence[float], m: int) -> float 
     return tb + (m - mb) * slope
 
 
-def _points_of(scenario: Scenario, num_gpus: int) -> tuple[int, tuple[int, ...] | None]:
+def _points_of(scenario: Scenario, cluster: Cluster) -> tuple[int, tuple[int, ...] | None]:
     """(the step's microbatches, the short runs' microbatches or None)."""
+    from simtrain.simulate import micro_batches
+
     par, sim = scenario.parallelism, scenario.sim
-    dims = par.dims(num_gpus)
-    m = scenario.training.global_batch_size // (dims.dp * scenario.training.micro_batch_size)
+    dims = par.dims(cluster.num_gpus)
+    m = micro_batches(scenario, cluster)
     if sim.hangs or sim.variability:
         return m, None
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     return m, sample_points(m, dims.pp, kind, dims.vpp)
 
 
-def simulated_share(scenario: Scenario, num_gpus: int) -> float:
+def simulated_share(scenario: Scenario, cluster: Cluster) -> float:
     """The share of the step's microbatches ``steady_step`` simulates (1.0: the full step)."""
-    m, points = _points_of(scenario, num_gpus)
+    m, points = _points_of(scenario, cluster)
     return sum(points) / m if points else 1.0
 
 
@@ -111,7 +113,7 @@ def steady_step(scenario: Scenario, cluster: Cluster) -> SteadyStep:
 
     sim = scenario.sim
     dims = scenario.parallelism.dims(cluster.num_gpus)
-    m, points = _points_of(scenario, cluster.num_gpus)
+    m, points = _points_of(scenario, cluster)
     if points is None:
         summary = simulate(scenario).summary
         why = ("hung ranks" if sim.hangs else "run-to-run variability" if sim.variability

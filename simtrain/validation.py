@@ -227,16 +227,17 @@ def row_cost(scenario: Scenario, steady: bool = False) -> float:
     correlation of 0.87 (0.43 for microbatches x stages). ``steady``: only the share of the
     microbatches a steady-state run simulates (``simtrain.steady_state``)."""
     from simtrain.hardware.topology import build_cluster
+    from simtrain.simulate import micro_batches
     from simtrain.steady_state import simulated_share
 
-    gpus = build_cluster(scenario.cluster).num_gpus
-    d = scenario.parallelism.dims(gpus)
-    m = scenario.training.global_batch_size // (d.dp * scenario.training.micro_batch_size)
+    cluster = build_cluster(scenario.cluster)
+    d = scenario.parallelism.dims(cluster.num_gpus)
+    m = micro_batches(scenario, cluster)
     per_layer = 1 + (d.tp > 1) + (d.cp > 1) * d.cp + (d.ep > 1) * d.ep * d.ep / 16
     cost = m * scenario.model.num_layers * d.cp * per_layer
     if d.zero == 3:
         cost += m * scenario.model.num_layers * d.dp * d.cp / 4
-    return float(cost) * (simulated_share(scenario, gpus) if steady else 1.0)
+    return float(cost) * (simulated_share(scenario, cluster) if steady else 1.0)
 
 
 def _skipped_rows(job: RowJob, reason: str) -> list[Row]:

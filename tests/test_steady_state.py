@@ -65,7 +65,8 @@ def test_steady_step_equals_the_full_step():
 def test_simulated_share_and_the_row_cost_it_scales():
     # PP2, 28 microbatches: the short runs are 4 + 6 + 8 = 18 of them.
     scenario = load_scenario(_scenario(28))
-    assert simulated_share(scenario, 8) == pytest.approx(18 / 28)
+    assert simulated_share(scenario, build_cluster(scenario.cluster)) == pytest.approx(18 / 28)
     assert row_cost(scenario, steady=True) == pytest.approx(row_cost(scenario) * 18 / 28)
     # 26 microbatches: 1.5 x 18 = 27 > 26, the full step is simulated.
-    assert simulated_share(load_scenario(_scenario(26)), 8) == 1.0
+    short = load_scenario(_scenario(26))
+    assert simulated_share(short, build_cluster(short.cluster)) == 1.0
