@@ -123,3 +123,24 @@ def test_more_nic_bandwidth_never_slows_nvls_tree(slow, nodes, n):
     times = [CommModel(cluster(nodes=nodes, nic_bandwidth=bw), "nccl", arch="hopper").predict(
         Call("all_reduce", ranks, n), "nvls_tree", "Simple") for bw in (slow, fast)]
     assert times[1] <= times[0] * (1 + 1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(2, 6), st.floats(1e3, 1e10))
+def test_nvls_tree_bytes_are_conserved(nodes, n):
+    # Per rail (G = 8 of them) two trees of N-1 edges, each edge n/(2G) up and n/(2G) down:
+    # 8 x 2 x (N-1) x 2 x n/16 = 2(N-1)·n between GPUs. Into each domain's NVSwitch
+    # 8 x (n + n/8) = 9n, and as much back out (ideal backend: no NVSwitch gain).
+    from simtrain.comm.in_network import nvls_tree
+    from simtrain.comm.phases import Context
+    from simtrain.engine.network import SwitchPort
+
+    c = cluster(nodes=nodes)
+    ctx = Context(c, lambda a, b: 0.0, reducer=lambda level, r: c.reducing_switch(r, level))
+    (phase,) = nvls_tree(Call("all_reduce", tuple(range(8 * nodes)), n), ctx)
+    between = sum(nb for a, b, nb in phase.flows
+                  if not isinstance(a, SwitchPort) and not isinstance(b, SwitchPort))
+    into = sum(nb for _a, b, nb in phase.flows if isinstance(b, SwitchPort))
+    out = sum(nb for a, _b, nb in phase.flows if isinstance(a, SwitchPort))
+    assert between == pytest.approx(2 * (nodes - 1) * n, rel=1e-9)
+    assert into == pytest.approx(9 * n * nodes, rel=1e-9) == out
