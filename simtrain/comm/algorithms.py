@@ -26,6 +26,7 @@ from simtrain.comm.phases import (
     Flow,
     Lowering,
     Phase,
+    heap_edges,
     ring_channels,
     ring_hops,
     ring_phase,
@@ -102,11 +103,6 @@ def binomial(call: Call, ctx: Context) -> list[Phase]:
             for rnd in rounds]
 
 
-def _heap_edges(order: Sequence[int]) -> list[tuple[int, int]]:
-    """(child, parent) edges of a heap-ordered binary tree over ``order``."""
-    return [(order[i], order[(i - 1) // 2]) for i in range(1, len(order))]
-
-
 def tree(call: Call, ctx: Context) -> list[Phase]:
     """NCCL's tree all-reduce: intra-server chains joined by a double binary tree of servers.
 
@@ -130,7 +126,7 @@ def tree(call: Call, ctx: Context) -> list[Phase]:
             head = 2 * c + t
             chains = [g[head % len(g):] + g[:head % len(g)] for g in groups]
             node_order = list(range(n)) if t == 0 else list(range(n - 1, -1, -1))
-            edges = [(chains[a][0], chains[b][0]) for a, b in _heap_edges(node_order)]
+            edges = [(chains[a][0], chains[b][0]) for a, b in heap_edges(node_order)]
             intra = [(ch[i + 1], ch[i]) for ch in chains for i in range(len(ch) - 1)]
             up.extend((a, b, share) for a, b in edges + intra)
             longest = max(len(ch) for ch in chains) - 1

@@ -22,18 +22,18 @@ US = 1e-6
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # tuning.cc baseLat[algo][proto] (us), NCCL 2.30.7. Other algorithms use the ring's row;
-# NVLS and CollNet (in-network reduction) have no base latency, only their hw rows.
+# NVLS, NVLSTree and CollNet (in-network reduction) have no base latency, only hw rows.
 _NCCL_BASE = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
-              "collnet": (0.0, 0.0, 0.0)}
+              "nvls_tree": (0.0, 0.0, 0.0), "collnet": (0.0, 0.0, 0.0)}
 # tuning.cc hwLat[link][algo][proto] (us): per step over NVLink, PCIe, network. collnet is
 # NCCL's collnet_direct row; NVLS and CollNet implement only the Simple protocol.
 _NCCL_HW = {
     "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0),
-               "collnet": (0.0, 0.0, 3.7)},
+               "nvls_tree": (0.0, 0.0, 25.0), "collnet": (0.0, 0.0, 3.7)},
     "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0),
-            "collnet": (0.0, 0.0, 3.7)},
+            "nvls_tree": (0.0, 0.0, 0.0), "collnet": (0.0, 0.0, 3.7)},
     "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
-            "collnet": (0.0, 0.0, 31.0)},
+            "nvls_tree": (0.0, 0.0, 20.9), "collnet": (0.0, 0.0, 31.0)},
 }
 # tuning.cc nvlsEfficiency by arch: the share of NVLink payload bandwidth NVSwitch
 # multimem reductions and multicasts reach (0 = no NVLink SHARP before Hopper).
@@ -56,7 +56,7 @@ _TREE_CORRECTION = {
                .8, .9, .9, .9),
 }
 # Algorithms whose reduction happens in a switch; they run the Simple protocol only.
-IN_NETWORK = ("nvls", "collnet")
+IN_NETWORK = ("nvls", "nvls_tree", "collnet")
 # tuning.cc llMaxBws (GB/s), index by node count 1, 2, 4+. NCCL picks the row by GPU arch
 # on one node and by host CPU vendor across nodes ("for single node, we look at GPU type;
 # for multi-node, we look at CPU type"): row 0 (its Volta/Intel row) for Intel and every
@@ -65,6 +65,13 @@ IN_NETWORK = ("nvls", "collnet")
 _NCCL_LL_MAX = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
                 "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
 _LL_ROW_BY_CPU = {"intel": "volta", "arm": "volta", "amd": "ampere"}
+# tuning.cc perChMaxNVLSTreeBw (GB/s per NVLS-graph channel), by node count 1, 2, 4+,
+# NCCL 2.30.7 (reference/nccl.yaml): the bus bandwidth one NVLSTree channel reaches, as
+# NCCL's developers measured it (its tuner caps busBw at nChannels x this). The NVLS
+# graph has one channel per NIC of a node, each headed by the GPU next to that NIC
+# (NCCL connect.cc: the NVLS heads are the NVLS graph's channels; UNVERIFIED, written from
+# the source as remembered: not in ../shared/reference). Range: 1 to the node's GPUs.
+_NVLS_TREE_CHANNEL_MAX = {"hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
 # NVLink bandwidth NCCL's topology search assumes per link (topo.h SMxx_NVLINK_BW, GB/s)
 # over the per-link line rate (25 GB/s NVLink2-4, 50 GB/s NVLink5): the fraction of line
 # rate SM-driven NVLink copies reach with 128-byte payloads (sjeaugey, nccl-tests#149:
@@ -94,9 +101,9 @@ NCCL_TUNING = TuningTables(base_us=_NCCL_BASE, hop_us=_NCCL_HW, ll_max_gbps=_NCC
 
 
 def _family(algorithm: str) -> str:
-    """NCCL's tables have rows for tree, ring, NVLS and CollNet; every other algorithm uses
-    the ring's."""
-    return algorithm if algorithm in ("tree", "nvls", "collnet") else "ring"
+    """NCCL's tables have rows for tree, ring, NVLS, NVLSTree and CollNet; every other
+    algorithm uses the ring's."""
+    return algorithm if algorithm in ("tree", "nvls", "nvls_tree", "collnet") else "ring"
 
 
 def link_class(kinds: set[str], same_server: bool) -> str:
@@ -166,7 +173,7 @@ class Backend:
         (simtrain.comm.nvls_pipeline), which replaces NCCL's lumped 25 us."""
         if self.tuning is None:
             return self.launch_latency
-        if algorithm == "nvls" and cls == "nvlink":
+        if algorithm in ("nvls", "nvls_tree") and cls == "nvlink":
             return 0.0
         return self.tuning.hop_us[cls][_family(algorithm)][PROTOCOLS.index(protocol)] * US
 
@@ -207,6 +214,14 @@ class Backend:
         log_size = index.bit_length() - 1
         return row[log_size] if log_size < len(row) else 1.0
 
+    def nvls_tree_cap(self, arch: str, nodes: int, heads: int) -> float:
+        """Upper bound on an NVLSTree all-reduce's bus bandwidth (bytes/s): ``heads`` NVLS
+        channels (one per NIC of a node) at NCCL's per-channel maximum for ``nodes``."""
+        row = _NVLS_TREE_CHANNEL_MAX.get(arch)
+        if self.tuning is None or row is None or nodes < 2:
+            return float("inf")
+        return heads * row[min(nodes, 4).bit_length() - 1] * 1e9
+
     def bandwidth_cap(self, protocol: str, arch: str, nodes: int, cpu: str = "intel") -> float:
         """Upper bound on a rank's bus bandwidth (bytes/s) for ``protocol`` (NCCL's LL cap:
         llMaxBws by GPU ``arch`` on one node, by host ``cpu`` vendor across nodes)."""
@@ -220,7 +235,8 @@ class Backend:
 
 _ALL_ALGORITHMS = {
     "all_reduce": ("ring", "tree", "bidirectional_ring", "binomial", "recursive_doubling",
-                   "halving_doubling", "hierarchical", "ring_2d", "nvls", "collnet"),
+                   "halving_doubling", "hierarchical", "ring_2d", "nvls", "collnet",
+                   "nvls_tree"),
     "reduce_scatter": ("ring", "bidirectional_ring", "halving_doubling", "nvls"),
     "all_gather": ("ring", "bidirectional_ring", "recursive_doubling", "halving_doubling",
                    "nvls"),
@@ -242,6 +258,9 @@ NCCL = Backend(
     # reduce-scatter and all-gather; the in-network ones only where the hardware reduces
     # (an NVSwitch with NVLink SHARP, SHARP InfiniBand switches). Its all-to-all and
     # scatter/gather are grouped send/recv, all peers at once.
+    # NVLSTree (nvls_tree) runs only when asked for (NCCL_ALGO=NVLSTree): timed by
+    # simtrain's flows it would beat the ring at 4 nodes and on 20 NVL72 racks, where NCCL's
+    # own tuner evidently does not pick it (docs/collectives.md, "NVLSTree").
     auto_algorithms={"all_reduce": ("ring", "tree", "nvls", "collnet"),
                      "reduce_scatter": ("ring", "nvls"), "all_gather": ("ring", "nvls"),
                      "scatter": ("direct",), "gather": ("direct",),

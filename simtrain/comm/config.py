@@ -66,8 +66,9 @@ class CommConfig(BaseModel):
 
 
 # In-network algorithms and the switch level they need above every GPU.
-_NEEDS = {"nvls": ("nvswitch", "NVSwitch SHARP (NVLink SHARP: Hopper or newer GPUs on an "
-                   "NVSwitch; cluster nvlink_sharp not false)"),
+_NVLINK_SHARP = ("NVSwitch SHARP (NVLink SHARP: Hopper or newer GPUs on an NVSwitch; cluster "
+                 "nvlink_sharp not false)")
+_NEEDS = {"nvls": ("nvswitch", _NVLINK_SHARP), "nvls_tree": ("nvswitch", _NVLINK_SHARP),
           "collnet": ("leaf", "InfiniBand SHARP switches (cluster ib_sharp: true, more than "
                       "one node)")}
 

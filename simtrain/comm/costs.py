@@ -189,3 +189,34 @@ def collnet_all_reduce_time(
     """
     intra = 2 * (g - 1) / g * n / b_intra if g > 1 else 0.0
     return alpha + max(intra, n / g / b_net)
+
+
+def double_tree_load(nodes: int) -> float:
+    """Shards a node's NIC carries per direction in a double binary tree all-reduce over
+    ``nodes`` (two mirrored heap-ordered trees, half a shard each, reduce and broadcast
+    pipelined): half its tree degree summed over both trees, at the busiest node. 2 nodes:
+    1 (root of one tree, leaf of the other); 3 and 4 nodes: 1.5; 5 and more: 2 (interior
+    in one tree: two children and a parent, leaf in the other)."""
+    if nodes <= 1:
+        return 0.0
+    degree = [0] * nodes
+    for order in (list(range(nodes)), list(range(nodes - 1, -1, -1))):
+        for i in range(1, nodes):
+            degree[order[i]] += 1
+            degree[order[(i - 1) // 2]] += 1
+    return max(degree) / 2
+
+
+def nvls_tree_all_reduce_time(
+    n: float, g: int, nodes: int, alpha: float, b_nvlink: float, b_net: float,
+) -> float:
+    """NCCL's NVLSTree all-reduce, pipelined: alpha + max((n + n/G)/B_nvlink, L·(n/G)/B_net).
+
+    Inside each NVLink domain of G GPUs an NVLS reduce-scatter and all-gather (n + n/G per
+    direction on a GPU's link to the NVSwitch); each GPU heads its n/G shard's double
+    binary tree over the domains, through its NIC, carrying L = ``double_tree_load(nodes)``
+    shards per direction; the stages overlap, so the slower one sets the time.
+    """
+    if nodes <= 1:
+        return nvls_all_reduce_time(n, g, alpha, b_nvlink)
+    return alpha + max((n + n / g) / b_nvlink, double_tree_load(nodes) * n / g / b_net)

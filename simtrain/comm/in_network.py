@@ -7,7 +7,9 @@ result (NVLS ``multimem.ld_reduce``), or takes one GPU's data and delivers it to
 (``multimem.st`` multicast). Per GPU and direction an NVLS all-reduce of n bytes over P
 ranks moves n + n/P: n of contributions up and n/P of its reduced shard down
 (reduce-scatter), then n/P of its shard up and n of everyone's shards down (all-gather).
-NCCL pipelines both halves over chunks, so they run as one phase. Sources: NVIDIA, "NVLink
+NCCL pipelines both halves over chunks, so they run as one phase. NVLSTree joins several
+NVLink domains: NVLS inside each, a double binary tree of each GPU's shard between them
+(``nvls_tree``). Sources: NVIDIA, "NVLink
 SHARP" (Hopper architecture whitepaper, 2022); NCCL 2.30.7 src/device/all_reduce.h
 (runRing for NVLS: scatter / reduce / gather warps) and tuning.cc (latencies), transcribed
 in ../shared/reference/nccl.yaml.
@@ -22,6 +24,7 @@ from simtrain.comm.phases import (
     Flow,
     Lowering,
     Phase,
+    heap_edges,
     ring_hops,
     servers,
 )
@@ -115,8 +118,53 @@ def collnet(call: Call, ctx: Context) -> list[Phase]:
     return [Phase(alpha, tuple(flows), tuple(labels))]
 
 
+def _equal_servers(call: Call, ctx: Context, name: str) -> list[list[int]]:
+    """The group's ranks per server; an error unless there are several, all the same size."""
+    groups = servers(call.ranks, ctx.fabric)
+    if len(groups) < 2:
+        raise AlgorithmError(f"{name} joins NVLink domains; this group has one, use nvls, "
+                             "ring or tree")
+    if len({len(grp) for grp in groups}) != 1:
+        raise AlgorithmError(f"{name} needs the same number of GPUs on every server; got "
+                             f"{[len(grp) for grp in groups]}")
+    return groups
+
+
+def nvls_tree(call: Call, ctx: Context) -> list[Phase]:
+    """NCCL's NVLSTree all-reduce across NVLink domains (servers or NVL72 racks).
+
+    Inside each domain of G GPUs an NVLS reduce-scatter and all-gather through the
+    NVSwitch (``nvls_flows``, at the switch's wire factor ``ctx.nvls_wire``); between
+    domains each GPU is the head of its n/G shard, reduced up and broadcast down a double
+    binary tree over the domains on its rail (two mirrored trees of n/(2G) each, as
+    NCCL's tree), through its NIC. NCCL runs the stages as one pipeline on the same
+    channels, so they form one phase: per direction a head's NIC carries n/G on two
+    domains (root in one tree, leaf in the other) and up to 2n/G on more (interior in one
+    tree: two children up and down). Latency: the NVLS pipeline's (added by the model)
+    plus one network step per tree level up and down (hwLat[NET][NVLS_TREE], 20.9 us in
+    NCCL 2.30.7)."""
+    groups = _equal_servers(call, ctx, "NVLSTree")
+    for grp in groups:
+        _one_switch(Call(call.op, tuple(grp), call.nbytes), ctx, "nvswitch", "NVLSTree")
+    g, n = len(groups[0]), len(groups)
+    wire = ctx.nvls_wire(g)
+    flows: list[Flow] = [(a, b, nb * wire) for grp in groups
+                         for a, b, nb in nvls_flows("all_reduce", tuple(grp), call.nbytes)]
+    share = call.nbytes / g / 2
+    edges: list[tuple[int, int]] = []
+    for i in range(g):
+        column = [grp[i] for grp in groups]
+        for order in (column, column[::-1]):
+            edges += heap_edges(order)
+    flows += [(child, parent, share) for child, parent in edges]
+    flows += [(parent, child, share) for child, parent in edges]
+    depth = (n.bit_length() - 1)
+    alpha = ctx.switch_alpha("nvlink") + 2 * depth * ctx.step_alpha(edges)
+    return [Phase(alpha, tuple(flows))]
+
+
 IN_NETWORK: dict[str, dict[str, Lowering]] = {
-    "all_reduce": {"nvls": nvls, "collnet": collnet},
+    "all_reduce": {"nvls": nvls, "collnet": collnet, "nvls_tree": nvls_tree},
     "reduce_scatter": {"nvls": nvls},
     "all_gather": {"nvls": nvls},
 }

@@ -19,6 +19,7 @@ from simtrain.comm.backends import BACKENDS, IDEAL, Backend, link_class
 from simtrain.comm.fitted import FittedLevel, FittedRange, lookup
 from simtrain.comm.nvls_pipeline import nvls_overheads
 from simtrain.comm.nvls_pipeline import wire_factor as nvls_wire_factor
+from simtrain.comm.phases import servers
 from simtrain.engine.network import Fabric, isolated_time
 
 # nccl-tests bus bandwidth factor per op (../shared/reference/nccl.yaml), n = group size.
@@ -100,7 +101,9 @@ class CommModel:
         return Context(
             self.fabric, lambda a, b: self._hop(a, b, algorithm, protocol, multi_node),
             reducer=lambda level, rank: None if switch is None else switch(rank, level),
-            switch_alpha=lambda cls: self.backend.switch_latency(cls, algorithm, protocol))
+            switch_alpha=lambda cls: self.backend.switch_latency(cls, algorithm, protocol),
+            nvls_wire=(lambda p: nvls_wire_factor(p, self.arch)) if self._pipelined("nvls")
+            else (lambda p: 1.0))
 
     def _nodes(self, ranks: Sequence[int]) -> int:
         return len({self.fabric.server_of(r) for r in ranks})
@@ -184,6 +187,18 @@ class CommModel:
         pipeline fill and per-round flag exchanges, or the tree's correction factor."""
         if self._pipelined(algorithm) and call.nbytes > 0:
             return nvls_overheads(call.nbytes, len(call.ranks), self.arch, per_byte)
+        if algorithm == "nvls_tree" and self._pipelined("nvls") and call.nbytes > 0:
+            # The NVLS rounds of one domain pace the whole pipeline (tree sends included:
+            # the same channels run every stage, round by round).
+            domain = tuple(servers(call.ranks, self.fabric)[0])
+            inner = self._unit_cost("all_reduce", domain, "nvls", "Simple")[1]
+            extra, eff = nvls_overheads(call.nbytes, len(domain), self.arch, inner)
+            heads = getattr(getattr(self.fabric, "config", None), "effective_nics_per_node",
+                            len(domain))
+            cap = self.backend.nvls_tree_cap(self.arch, self._nodes(call.ranks), heads)
+            # busbw = factor·eff/per_byte may not exceed the cap
+            factor = busbw_factor("all_reduce", len(call.ranks))
+            return extra, min(eff, cap * per_byte / factor)
         return 0.0, self.backend.size_efficiency(call.op, algorithm, protocol, call.nbytes)
 
     def _wire(self, op: str, algorithm: str, protocol: str, ranks: int, nodes: int) -> float:

@@ -53,16 +53,23 @@ def _no_alpha(_level: str) -> float:
     return 0.0
 
 
+def _unit_wire(_ranks: int) -> float:
+    return 1.0
+
+
 @dataclass(frozen=True)
 class Context:
     """What a lowering may ask of the world: the fabric, the alpha of one step a -> b,
     the reducing switch of a level above a rank (None where the hardware has none) and
-    the alpha of one in-network reduction through a level."""
+    the alpha of one in-network reduction through a level, and the wire bytes per payload
+    byte of an NVLS all-reduce over a domain of P GPUs (for lowerings that mix NVLS flows
+    with others; 1 where the backend models no NVSwitch gain)."""
 
     fabric: Fabric
     hop_latency: Callable[[int, int], float]
     reducer: Callable[[str, int], str | None] = _no_switch
     switch_alpha: Callable[[str], float] = _no_alpha
+    nvls_wire: Callable[[int], float] = _unit_wire
 
     def step_alpha(self, hops: Sequence[tuple[int, int]]) -> float:
         """Alpha of one synchronous step: its slowest hop."""
@@ -81,6 +88,11 @@ class AlgorithmError(ValueError):
 
 def ring_hops(order: Sequence[int]) -> list[tuple[int, int]]:
     return [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))]
+
+
+def heap_edges(order: Sequence[int]) -> list[tuple[int, int]]:
+    """(child, parent) edges of a heap-ordered binary tree over ``order``."""
+    return [(order[i], order[(i - 1) // 2]) for i in range(1, len(order))]
 
 
 def servers(ranks: Sequence[int], fabric: Fabric) -> list[list[int]]:

@@ -78,9 +78,9 @@ def test_cases_cover_every_primitive_and_algorithm():
                 ("all_reduce", "ring_2d"), ("send_recv", "direct"),
                 ("barrier", "dissemination"), ("all_to_all_v", "direct"),
                 ("all_to_all_v", "pairwise")}
-    # in-network reductions: tests/comm/test_in_network.py
+    # in-network reductions: tests/comm/test_in_network.py and test_nvls_tree.py
     covered |= {("all_reduce", "nvls"), ("reduce_scatter", "nvls"), ("all_gather", "nvls"),
-                ("all_reduce", "collnet")}
+                ("all_reduce", "collnet"), ("all_reduce", "nvls_tree")}
     assert covered == {(op, alg) for op, table in ALGORITHMS.items() for alg in table}
 
 
