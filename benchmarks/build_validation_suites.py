@@ -50,11 +50,24 @@ MODEL_ALIASES: dict[str, str | None] = {
     "qwen3_30b_a3b": "Qwen3-30B-A3B", "qwen3 moe 30b": "Qwen3-30B-A3B",
     "qwen3_235b_a22b": "Qwen3-235B-A22B",
     "gpt oss 120b": "GPT-OSS-120B", "gpt-oss 120b": "GPT-OSS-120B",
+    "gpt-oss 20b": "GPT-OSS-20B",
     "llama4-scout-llm": "LLAMA4-Scout", "llama4 scout": "LLAMA4-Scout",
 }
 # Vocabularies the shapes do not list (model_shapes notes: from the tokenizer).
 VOCAB = {"GPT3": 50257, "LLAMA2": 32000, "LLAMA3": 128256, "Nemotron": 256000,
          "Mixtral-8x7B": 32000, "Mixtral-8x22B": 32768, "DeepSeek": 129280}
+
+
+# Shapes model_shapes does not list. GPT-OSS 20B: megatron-bridge 0.3.1 (pip wheel),
+# megatron/bridge/models/gpt_oss/gpt_oss_provider.py: GPTOSSProvider20B num_layers 24,
+# num_moe_experts 32 over GPTOSSProvider's hidden 2880, 64 heads, 8 query groups,
+# kv_channels 64, ffn and moe_ffn 2880, top 4, vocab 201088, window (128, 0) with
+# window_attn_skip_freq 2, as GPT-OSS-120B's entry writes them.
+EXTRA_SHAPES: dict[str, dict[str, Any]] = {
+    "GPT-OSS-20B": {"layers": 24, "hidden": 2880, "heads": 64, "kv_heads": 8,
+                    "head_dim": 64, "experts": 32, "topk": 4, "moe_ffn": 2880,
+                    "vocab": 201088,
+                    "attention": "sliding window 128 on alternate layers"}}
 
 
 # MLA head widths model_shapes does not list. DeepSeek-V2 (arXiv:2405.04434, Sec. 3.1.1):
@@ -306,6 +319,7 @@ def main() -> None:
 
     data = YAML(typ="safe").load((args.reference / "measured_runs.yaml").read_text())
     shapes = {k.split(" (")[0]: v for k, v in data["model_shapes"]["models"].items()}
+    shapes = {**EXTRA_SHAPES, **shapes}
     by_name = {s["suite"]: s for s in data["suites"]}
     for spec in [*SPECS_MEGATRON, *SPECS_OTHER]:
         source = by_name[spec.source]

@@ -282,8 +282,27 @@ def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
                 shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
                 gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
                 vp=cfg.get("vp"), ep=cfg.get("ep"), fsdp=bool(cfg.get("fsdp")), prec=prec,
-                training=training, model_extra=extra, needs=needs, par=BRIDGE_DDP))
+                training=training, model_extra=extra, needs=needs,
+                par={**BRIDGE_DDP, **bridge_recompute(cfg, prec)}))
     return unique(rows)
+
+
+# megatron-bridge 0.6.2 (pip wheel), megatron/bridge/perf_recipes/gpt_oss/{gb200,b200,h100}/
+# gpt_oss.py, gpt_oss_120b_pretrain_64gpu_<sys>_bf16_config: recompute_granularity
+# "selective" with recompute_modules ["layernorm", "moe_act"] (core_attn not listed, so
+# attention is not recomputed); (ep, pp, mbs, gbs) of each recipe. The GB300 and B300 BF16
+# recipes recompute nothing, and rows of another layout ran another recipe (not published).
+GPT_OSS_BF16_RECOMPUTE = {"DGX-GB200": (64, 1, 4, 1280), "DGX-B200": (8, 1, 4, 1280),
+                          "DGX-H100": (8, 4, 1, 1280)}
+
+
+def bridge_recompute(cfg: dict[str, Any], prec: str) -> dict[str, Any]:
+    """The recipe's MoE-module recompute for a Megatron Bridge row (empty if none)."""
+    layout = (cfg.get("ep"), cfg["pp"], cfg["mbs"], cfg["gbs"])
+    if (cfg["model"] == "GPT OSS 120B" and prec == "BF16"
+            and GPT_OSS_BF16_RECOMPUTE.get(cfg["sys"]) == layout):
+        return {"recompute_modules": ["layernorm", "moe_act"]}
+    return {}
 
 
 # Megatron Bridge's recipes keep Megatron-Core's NaN check of each gradient bucket and

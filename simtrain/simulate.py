@@ -87,7 +87,8 @@ def build_plan(scenario: Scenario, cluster: Cluster, step_micro_batches: int = 0
                      etp=dims.etp, fp8_gathers=train.fp8_recipe in FP8_GATHER_RECIPES,
                      layout=cfg.layout,
                      tp_overlap=par.tp_comm_overlap and dims.sp and dims.tp > 1,
-                     torch_ring=scenario.compute.attention_impl == "fa2")
+                     torch_ring=scenario.compute.attention_impl == "fa2",
+                     recompute_modules=tuple(par.recompute_modules))
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     schedule = make_schedule(kind, dims.pp, m, dims.vpp)
@@ -205,7 +206,8 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
     dt = train.dtype_bytes
     per_layer = layer_activation_bytes(cfg, train.micro_batch_size, scenario.seq_len,
                                        tp=dims.tp, cp=dims.cp, sp=dims.sp,
-                                       recompute=par.recompute, dtype_bytes=dt)
+                                       recompute=par.recompute, dtype_bytes=dt,
+                                       modules=tuple(par.recompute_modules))
     worst: MemoryReport | None = None
     for stage, chunks in enumerate(plan.units):
         params = [p for chunk in chunks for u in chunk for p in u.params]

@@ -23,3 +23,13 @@ import suite_sources  # noqa: E402  (benchmarks/ is a script folder, not a packa
 ])
 def test_automodel_ep_follows_the_rows_that_print_it(row, ep):
     assert suite_sources.automodel_ep(row) == ep
+
+
+def test_gpt_oss_20b_shape_has_the_published_parameter_count():
+    # megatron-bridge 0.3.1 GPTOSSProvider20B; the gpt-oss model card: 20.9B parameters.
+    from build_validation_suites import EXTRA_SHAPES, model_body  # noqa: E402
+
+    from simtrain.workload.model import ModelConfig, num_parameters
+    body, needs = model_body("GPT-OSS-20B", EXTRA_SHAPES["GPT-OSS-20B"], 4096)
+    assert not needs and body["sliding_window_pattern"] == 2
+    assert num_parameters(ModelConfig(**body)) / 1e9 == pytest.approx(20.9, abs=0.05)

@@ -29,6 +29,7 @@ from simtrain.parallel.schedule import SCHEDULES, model_chunks, schedule_problem
 from simtrain.workload.layers import kv_heads_per_rank
 from simtrain.workload.memory import Recompute
 from simtrain.workload.model import ModelConfig
+from simtrain.workload.moe import RECOMPUTE_MODULES
 
 DIMS = ("tp", "cp", "pp", "dp")
 TP_OVERLAP_NEEDS_SP = ("tp_comm_overlap needs sequence parallelism (parallelism.sp: true): "
@@ -77,6 +78,9 @@ class ParallelismConfig(BaseModel):
                           + ", ".join(SCHEDULES))
     pp_layers: list[int] | None = None
     recompute: Recompute = "none"
+    recompute_modules: list[str] = Field(
+        default_factory=list, description="Megatron-Core output-discarding recompute of "
+        "MoE-layer modules: " + ", ".join(RECOMPUTE_MODULES) + " (workload/moe.py)")
     cp_algorithm: str = Field("ring", description="context parallel attention: one of "
                               + ", ".join(CP_ALGORITHMS))
     cp_a2a_size: int | None = Field(None, gt=0, description="a2a+p2p: CP ranks of each "
@@ -101,6 +105,17 @@ class ParallelismConfig(BaseModel):
                        else (SCHEDULES, "pipeline schedule"))
         if value not in known:
             raise ValueError(f"unknown {what} {value!r}; use one of {', '.join(known)}")
+        return value
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _known_modules(cls, value: list[str]) -> list[str]:
+        """Names from ``moe.RECOMPUTE_MODULES`` (core attention is ``recompute: selective``)."""
+        unknown = [v for v in value if v not in RECOMPUTE_MODULES]
+        if unknown:
+            raise ValueError(f"unknown recompute module(s) {unknown}; use "
+                             f"{', '.join(RECOMPUTE_MODULES)} (core_attn is recompute: "
+                             f"selective)")
         return value
 
     def dims(self, world_size: int) -> ParallelDims:
@@ -309,6 +324,11 @@ def check_parallelism(par: ParallelismConfig, model: ModelConfig, *, num_gpus: i
         options.append(("parallelism.pp_scatter_gather", "sequence parallelism already sends "
                          "1/tp of each activation between stages (Megatron scatter-gathers "
                          "only without SP); set pp_scatter_gather: false or sp: false"))
+    if par.recompute_modules and (par.recompute in ("full", "op") or not model.is_moe):
+        options.append(("parallelism.recompute_modules", f"recompute_modules "
+                        f"{par.recompute_modules} re-run MoE-layer kernels under recompute: "
+                        f"none or selective; got recompute: {par.recompute} and "
+                        f"{model.num_experts} experts"))
     if par.ddp.overlap_param_gather and par.zero not in (1, 2):
         options.append(("parallelism.ddp.overlap_param_gather",
                         PARAM_GATHER_NEEDS_ZERO.format(zero=par.zero)))

@@ -5,7 +5,9 @@ each unit's steps in reverse, every kernel replaced by its backward kernels
 (``backward_ops``) and every collective by its backward op; recompute adds the forward
 kernels again before they are needed: "full" recomputes every transformer layer's forward
 before its backward, "selective" only core attention (Korthikanti et al. 2022), "op" what
-torchtitan's per-op checkpointing does not save (``op_checkpoint``). A
+torchtitan's per-op checkpointing does not save (``op_checkpoint``); a kernel of a module
+in ``parallelism.recompute_modules`` (``Compute.recompute``) runs again before its own
+backward, whatever the mode. A
 zero-bubble schedule splits the backward: B keeps recompute, collectives and the
 input-gradient kernels, W the weight-gradient kernels (``Op.grad``).
 """
@@ -100,7 +102,7 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
     for step in reversed(unit.steps):
         match step:
             case Compute():
-                if selective and is_core_attention(step.op):
+                if step.recompute or (selective and is_core_attention(step.op)):
                     out.append(kernel(step.op, "recompute", False, unit.layer, duration,
                                       False))
                 for bop in backward_ops(step.op):

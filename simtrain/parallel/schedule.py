@@ -20,6 +20,8 @@ forward, gradients backward) into point-to-point transfers.
   memory); (p - 1)(f + b - 2w) idle, none when the three are equal.
 - DualPipe (DeepSeek-V3, ``dualpipe.py``): V placement with two routes (a model copy fed
   from each end), forward and backward chunk pairs overlapped; (p/2 - 1)(F&B + B - 3W).
+- Combined 1F1B (Megatron-Core ``--overlap-moe-expert-parallel-comm``, pp 1,
+  ``combined_1f1b.py``): each forward overlapped with the previous microbatch's backward.
 
 Bubble with uniform stages (forward f, backward b per microbatch and stage): GPipe and 1F1B
 both take (m + p - 1)·(f + b), a bubble fraction (p - 1)/(m + p - 1); interleaving divides
@@ -36,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simtrain.parallel.combined_1f1b import combined_1f1b, combined_1f1b_problems
 from simtrain.parallel.dualpipe import dualpipe, dualpipe_problems, dualpipe_routes
 from simtrain.parallel.pipeline_schedule import (
     Phase,
@@ -156,6 +159,9 @@ SCHEDULES: dict[str, ScheduleKind] = {k.name: k for k in (
     ScheduleKind("dualpipe", "bidirectional: two model copies fed from both ends, forward "
                  "and backward chunks overlapped (DeepSeek-V3)", dualpipe, dualpipe_problems,
                  lambda p, v: v_shape(p), routes=dualpipe_routes, route_length=lambda p, v: p),
+    ScheduleKind("combined-1f1b", "no pipeline: each forward overlapped with the previous "
+                 "microbatch's backward, hiding EP all-to-alls (Megatron-Core "
+                 "overlap_moe_expert_parallel_comm)", combined_1f1b, combined_1f1b_problems),
 )}
 
 

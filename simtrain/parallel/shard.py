@@ -55,9 +55,11 @@ __all__ = ["Comm", "Compute", "Ring", "ShardSpec", "Step", "Unit", "block_unit",
 
 @dataclass(frozen=True, slots=True)
 class Compute:
-    """A kernel; expert kernels (``Op.role``) scale with the rank's routed-token load."""
+    """A kernel; expert kernels (``Op.role``) scale with the rank's routed-token load;
+    ``recompute``: its module is checkpointed, so it runs again before its backward."""
 
     op: Op
+    recompute: bool = False
 
     @property
     def expert(self) -> bool:
@@ -134,6 +136,7 @@ class ShardSpec(Shard):
     layout: str = "sbh"
     tp_overlap: bool = False
     torch_ring: bool = False  # PyTorch's ring attention (ring_merge.py)
+    recompute_modules: tuple[str, ...] = ()  # Op.module names re-run before the backward
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
@@ -157,7 +160,7 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
     for i, item in enumerate(items):
         match item:
             case Op():
-                steps.append(Compute(item))
+                steps.append(Compute(item, item.module in spec.recompute_modules))
             case Site(kind="f"):  # Megatron's f before a column-parallel GEMM
                 nxt = items[i + 1] if i + 1 < len(items) else None
                 fwd = item.nbytes * _fp8_share(spec, "f", nxt)

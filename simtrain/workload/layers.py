@@ -225,9 +225,12 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
         return Op(op.name, op.kind, op.flops, op.bytes + extra, shape, params,
                   op.activation_bytes, role="expert", groups=local_experts)
 
-    act = replace(_act(cfg, f"{p}.mlp.act", tokens, fc1_out, fe, dt), role="expert")
+    # The activation with its clamp is Megatron-Core's "moe_act" (TEGroupedMLP bias_act_func).
+    act = replace(_act(cfg, f"{p}.mlp.act", tokens, fc1_out, fe, dt), role="expert",
+                  module="moe_act")
     router = gemm(f"{p}.mlp.router", m, cfg.num_experts, h, dt, False, dt * m * h)
-    clamp = [replace(op, role="expert") for op in _clamp(cfg, f"{p}.mlp", tokens * fc1_out, dt)]
+    clamp = [replace(op, role="expert", module="moe_act")
+             for op in _clamp(cfg, f"{p}.mlp", tokens * fc1_out, dt)]
     # Megatron-Core adds the experts' fc2 bias outside the grouped GEMM (glu_clamp.py).
     bias = [expert_bias(f"{p}.mlp.fc2_bias", tokens * h, dt)] if cfg.bias else []
     experts = [grouped(gemm(f"{p}.mlp.fc1", tokens, fc1_out, h, dt, cfg.bias, dt * tokens * h)),
@@ -328,10 +331,15 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
     items: list[Item] = [_norm(f"{p}.input_norm", cfg, mn, dt), Site(f"{p}.attn.f", "f", act)]
     attention, out_width = _attention(cfg, p, b, s, dt, shard, layer_window(cfg, i))
     items += attention
+    pre_mlp_norm = _norm(f"{p}.post_attn_norm", cfg, mn, dt)
+    if cfg.is_moe_layer(i):
+        # Megatron-Core's TE spec keeps a MoE layer's pre-MLP norm a separate TENorm (the
+        # router reads it): its "layernorm" recompute module; dense layers fuse it into fc1.
+        pre_mlp_norm = replace(pre_mlp_norm, module="layernorm")
     items += [gemm(f"{p}.attn.proj", m, h, out_width, dt, cfg.bias, dt * m * out_width),
               Site(f"{p}.attn.g", "g", act),
               elementwise(f"{p}.attn.residual", 2 * mn * h, mn * h, ADD_FLOPS, dt),
-              _norm(f"{p}.post_attn_norm", cfg, mn, dt), Site(f"{p}.mlp.f", "f", act)]
+              pre_mlp_norm, Site(f"{p}.mlp.f", "f", act)]
     if cfg.is_moe_layer(i):
         # An expert-TP group routes the tokens of its etp TP peers: m·etp/t per rank (all
         # m with etp = t; with etp < t and SP each rank its own sequence shard).

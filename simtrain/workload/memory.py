@@ -83,7 +83,7 @@ def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, *, t: int = 1,
 
 def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp: int = 1,
                            sp: bool = False, recompute: Recompute = "none",
-                           dtype_bytes: int = 2) -> float:
+                           dtype_bytes: int = 2, modules: tuple[str, ...] = ()) -> float:
     """Korthikanti's per-layer count generalised to GQA, SwiGLU, MoE, CP and no dropout.
 
     Term by term (16-bit elements, sl = s/cp local tokens, r = replicated without SP):
@@ -99,8 +99,12 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     layers are dense. MLA: ``mla.mla_activation_units`` in place of Q, K, V and the proj
     input. Query width a·d (= h unless head_dim is given). ``op`` (torchtitan's per-op
     checkpointing): the block input, the saved mm and SDPA outputs
-    (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp. With dropout,
-    MHA, gelu, 4h and cp = 1 this is exactly ``korthikanti_activation_bytes``.
+    (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp.
+    ``modules`` (Megatron-Core's output-discarding recompute, ``moe.RECOMPUTE_MODULES``) of a
+    MoE layer: "moe_act" keeps only the experts' fc1 output (the checkpoint's input), not
+    the clamp's copy nor fc2's input; "layernorm" drops the pre-MLP norm's output, 2·sl·b·h
+    (r). With dropout, MHA, gelu, 4h and cp = 1 this is exactly
+    ``korthikanti_activation_bytes``.
     """
     h, sl = cfg.hidden_size, s // cp
     kv = cfg.kv_heads * cfg.head_width
@@ -132,12 +136,17 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     router = 0.0
     if cfg.is_moe:
         routed = cfg.experts_per_token * (cfg.capacity_factor or 1.0)
-        moe = _mlp_units(cfg.expert_ffn_size, routed, cfg.activation, clamp)
+        if "moe_act" in modules:  # the fc1 output alone (2·fc1 16-bit units per copy)
+            moe = 2.0 * (2 if cfg.activation == "swiglu" else 1) * cfg.expert_ffn_size * routed
+        else:
+            moe = _mlp_units(cfg.expert_ffn_size, routed, cfg.activation, clamp)
         if cfg.shared_expert_ffn_size:
             moe += _mlp_units(cfg.shared_expert_ffn_size, 1.0, cfg.activation, clamp)
         router = 4.0 * sl * b * cfg.num_experts / 2.0  # fp32 logits in 16-bit units
+        # The pre-MLP norm's output, in the MLP's 1/t units (it is replicated 1/rep).
+        norm_out = 2.0 * sl * b * h * tp / rep if "layernorm" in modules else 0.0
         # The fullest layer: dense first layers (dense_layers > 0) may hold more.
-        mlp = max(moe * sl * b, mlp if cfg.dense_layers else 0.0)
+        mlp = max(moe * sl * b - norm_out, mlp if cfg.dense_layers else 0.0)
     return unit * (replicated / rep + (attn + mlp) / tp + router + full)
 
 

@@ -18,6 +18,16 @@ if TYPE_CHECKING:  # model.py imports this module
 # Shapes from shared/reference/measured_runs.yaml model_shapes (NVIDIA/NeMo
 # nemo/collections/llm/gpt/model/{mixtral,deepseek,qwen3,gpt_oss}.py @ 8cfedd72); the
 # vocabularies from the models' tokenizers as measured_runs.yaml lists them.
+# Megatron-Core's output-discarding recompute modules simtrain models
+# (``parallelism.recompute_modules``; megatron-core 0.19.2 ``TransformerConfig.
+# recompute_modules``, "moe_act", "layernorm" ... "use output-discarding checkpointing"):
+# "moe_act" re-runs a MoE layer's expert activation (``TEGroupedMLP`` ``bias_act_func``,
+# with GPT-OSS's clamp) before fc2's backward and frees fc2's input; "layernorm" the
+# input and pre-MLP norms that are modules of their own, which under the Transformer
+# Engine spec is only a MoE layer's pre-MLP norm (``TransformerLayer.__init__``: the norm
+# fused into a TE ``LayerNormLinear`` is an ``IdentityOp``). "core_attn" is
+# ``recompute: selective``.
+RECOMPUTE_MODULES: tuple[str, ...] = ("layernorm", "moe_act")
 _LLAMA_STYLE: dict[str, Any] = dict(family="llama", activation="swiglu", num_kv_heads=8)
 MOE_PRESETS: dict[str, dict[str, Any]] = {
     # Mixtral 8x22B (Mistral AI 2024): 141B total, 39B active; 64k context.

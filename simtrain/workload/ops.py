@@ -71,6 +71,9 @@ class Op:
     # (QKV: q, k, v; SwiGLU fc1: gate w1, up w3, as torchtitan's Llama writes them);
     # empty: one linear. Read by per-op checkpointing (simtrain.parallel.op_checkpoint).
     parts: tuple[int, ...] = ()
+    # The Megatron-Core module (``recompute_modules`` name, workload.moe.RECOMPUTE_MODULES)
+    # whose output-discarding checkpoint re-runs this kernel when the plan names it.
+    module: str | None = None
 
 
 # Passes of the unfused fp32 cross-entropy over the logits, in bytes per logit beyond the
