@@ -83,7 +83,7 @@ def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, *, t: int = 1,
 
 def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp: int = 1,
                            sp: bool = False, recompute: Recompute = "none",
-                           dtype_bytes: int = 2) -> float:
+                           dtype_bytes: int = 2, attention_saved: bool = True) -> float:
     """Korthikanti's per-layer count generalised to GQA, SwiGLU, MoE, CP and no dropout.
 
     Term by term (16-bit elements, sl = s/cp local tokens, r = replicated without SP):
@@ -99,7 +99,9 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     layers are dense. MLA: ``mla.mla_activation_units`` in place of Q, K, V and the proj
     input. Query width a·d (= h unless head_dim is given). ``op`` (torchtitan's per-op
     checkpointing): the block input, the saved mm and SDPA outputs
-    (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp. With dropout,
+    (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp; with
+    ``attention_saved`` False (cuDNN SDPA, not in the save list) neither the SDPA output nor
+    its logsumexp is kept. With dropout,
     MHA, gelu, 4h and cp = 1 this is exactly ``korthikanti_activation_bytes``.
     """
     h, sl = cfg.hidden_size, s // cp
@@ -111,7 +113,8 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     rep = tp if sp else 1
     if recompute == "op":  # torchtitan per-op checkpointing (simtrain.parallel.op_checkpoint)
         sharded, whole = op_checkpoint_widths(q, kv, h, cfg.ffn_size, cfg.activation == "swiglu")
-        heads = cfg.num_heads // tp
+        heads = cfg.num_heads // tp if attention_saved else 0
+        sharded -= 0 if attention_saved else q  # the SDPA output is recomputed
         replicated = float(h * (1 + (2 if sp and tp > 1 else 0)))  # block input, saved RS out
         return (dtype_bytes * sl * b * (sharded / tp + whole + replicated / rep)
                 + 4.0 * heads * sl * b)  # + the fp32 logsumexp of the saved SDPA
