@@ -24,8 +24,9 @@ TITAN_CHOICES = [
     "batch-first (model.layout bsh: copies around SP collectives, simtrain/parallel/sp_layout.py).",
 ]
 # Fused attention torchtitan runs: PyTorch SDPA's flash backend, FlashAttention-2
-# (simtrain/workload/attention_impl.py); FA2 has no Blackwell figure, so B200/GB200 rows
-# keep the default.
+# (simtrain/workload/attention_impl.py), on Hopper and Ampere; on Blackwell it puts SDPA's
+# cuDNN backend first (torchtitan 0.1.0 models/attention.py, "Add CuDNN on B200 w/ highest
+# priority"), attention_impl cudnn in the B200 MXFP8 rows (torchtitan_mxfp8).
 FA2_GPUS = ("h100", "h200", "a100")
 # torchtitan's device mesh is (pp, dp, cp, tp): pipeline outermost, as ORDER.
 # torchtitan shards with FSDP2 (fully_shard): its per-parameter copy-out and copy-in kernels
@@ -173,6 +174,9 @@ def torchtitan_mxfp8(source: dict[str, Any], shapes: Shapes) -> list[dict[str, A
                            model="Llama3-8B", shapes=shapes, seq=8192, system="DGX-B200",
                            gpus=8, gbs=8, mbs=1, dp=8, fsdp=True, prec=prec,
                            par={"recompute": "op"})
+            # torchtitan runs SDPA's cuDNN backend first on Blackwell, which its per-op
+            # save list does not name: the attention is recomputed (attention_impl.py).
+            row["scenario"]["compute"] = {"attention_impl": "cudnn"}
         else:
             row = make_row(rid=slug("llama4-scout-gb200", scaling), src=r,
                            published={"tokens_per_s_per_gpu": r["tok_s_gpu"]},
@@ -237,7 +241,10 @@ SPECS_OTHER = [
     SuiteSpec("torchtitan-mxfp8-blackwell", "torchtitan_mxfp8_blackwell", "",
               torchtitan_mxfp8, choices=TITAN_CHOICES + [
                   "The B200s of the dense rows were power limited (source); simtrain's b200 is",
-                  "the 1000 W part, so those rows read optimistic by the clock ratio."],
+                  "the 1000 W part, so those rows read optimistic by the clock ratio.",
+                  "On the B200 rows attention is SDPA's cuDNN backend (torchtitan's first",
+                  "choice on Blackwell; compute.attention_impl cudnn), which per-op AC",
+                  "recomputes: its save list names only the flash and efficient SDPA ops."],
               base=TITAN_BASE),
     SuiteSpec("simumax-b200", "simumax_b200_release_v1_2_real", "", simumax, choices=[
         "Compared: the real iteration time (step_ms), not SimuMax's prediction. Launcher",

@@ -97,7 +97,8 @@ def build_plan(scenario: Scenario, cluster: Cluster, step_micro_batches: int = 0
               for layers, first, last in row] for row in cells]
     if is_costed(kind):  # built for this model's F, B, W times (same placement)
         costs = phase_costs(units, cp=dims.cp, recompute=par.recompute,
-                            op_time=op_timer(scenario, cluster, step_micro_batches or m))
+                            op_time=op_timer(scenario, cluster, step_micro_batches or m),
+                            attention_saved=scenario.compute.op_sac_saves_attention)
         if min(costs) > 0:
             schedule = make_schedule(kind, dims.pp, m, dims.vpp, costs)
     # SP, or Megatron's scatter-gather without it, sends each TP rank's 1/tp of it.
@@ -129,6 +130,7 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
         pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
         reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
         fsdp_reduce_dtype=par.fsdp.reduce_dtype, fsdp_copies=par.fsdp.copies,
+        attention_saved=scenario.compute.op_sac_saves_attention,
     )
     options = replace(options, optimizer_step=optimizer_timer(scenario, cluster),
                       bucket_prepass=prepass_timer(scenario.parallelism.ddp,
@@ -207,7 +209,8 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
     per_layer = layer_activation_bytes(cfg, train.micro_batch_size, scenario.seq_len,
                                        tp=dims.tp, cp=dims.cp, sp=dims.sp,
                                        recompute=par.recompute, dtype_bytes=dt,
-                                       modules=tuple(par.recompute_modules))
+                                       modules=tuple(par.recompute_modules),
+                                       attention_saved=scenario.compute.op_sac_saves_attention)
     worst: MemoryReport | None = None
     for stage, chunks in enumerate(plan.units):
         params = [p for chunk in chunks for u in chunk for p in u.params]

@@ -110,7 +110,7 @@ class Lowering:
                 out += data_parallel.with_fsdp(unit, body, o, duration)
             elif phase == "B":
                 body = program.backward(unit, o.recompute, cp, duration,
-                                        "input" if split else "all")
+                                        "input" if split else "all", o.attention_saved)
                 out += data_parallel.with_fsdp(unit, body, o, duration, scatter=not split)
             else:  # "W": the weight gradients deferred from B, then their reduce-scatter
                 body = program.backward(unit, o.recompute, cp, duration, "weight")

@@ -26,6 +26,8 @@ recomputed mm's, every memory-bound kernel (norms, RoPE, SwiGLU, residual adds),
 grouped expert GEMMs (``aten._grouped_mm`` is not in the save list) and the collectives
 whose outputs were not saved: the TP all-gathers (SP) and all-reduces, and EP all-to-alls.
 Reduce-scatters are saved. CP attention (SDPA, saved) and its K,V exchange are not re-run.
+The fused attention is saved only when it runs as a flash or memory-efficient SDPA kernel;
+torchtitan's cuDNN SDPA on Blackwell is re-run (``compute.attention_impl: cudnn``).
 """
 
 from __future__ import annotations
@@ -69,10 +71,12 @@ def counts_as_mm(op: Op) -> bool:
     return op.kind == "gemm" and op.groups == 1 and op.role is None
 
 
-def recomputed_steps(steps: Sequence[Step]) -> tuple[Step, ...]:
+def recomputed_steps(steps: Sequence[Step], attention_saved: bool = True) -> tuple[Step, ...]:
     """The steps of a transformer block (forward order) that per-op checkpointing re-runs
     before the block's backward (module docstring): every second mm, every other kernel
-    but the fused attention, and the collectives whose outputs are not saved."""
+    but the fused attention, and the collectives whose outputs are not saved.
+    ``attention_saved`` False: the fused attention is re-run too (SDPA's cuDNN backend is
+    not in the save list, ``simtrain.workload.attention_impl.op_sac_saves_attention``)."""
     out: list[Step] = []
     mm = 0
     for step in steps:
@@ -83,7 +87,8 @@ def recomputed_steps(steps: Sequence[Step]) -> tuple[Step, ...]:
                     if mm % 2 == 0:
                         out.append(Compute(replace(piece, params=())))
             case Compute(op=op) if op.kind == "attention":
-                pass  # SDPA: saved
+                if not attention_saved:  # cuDNN SDPA: re-run
+                    out.append(Compute(replace(op, params=())))
             case Compute(op=op):
                 out.append(Compute(replace(op, params=())))
             case Comm():

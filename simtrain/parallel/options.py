@@ -60,6 +60,9 @@ class LowerOptions:
     fsdp_prefetch: int = 1
     fsdp_reduce_dtype: str | None = None  # None: gradients reduced in their own dtype
     fsdp_copies: bool = False  # FSDP2's copy-out / copy-in kernels (fsdp.FSDPConfig.copies)
+    # Per-op checkpointing keeps the fused attention's output (False: cuDNN SDPA, re-run;
+    # simtrain.workload.attention_impl.op_sac_saves_attention).
+    attention_saved: bool = True
 
     def __post_init__(self) -> None:
         if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:

@@ -79,11 +79,12 @@ def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template
 
 
 def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
-             part: BackwardPart = "all") -> list[Template]:
+             part: BackwardPart = "all", attention_saved: bool = True) -> list[Template]:
     """``unit``'s backward templates, with what ``recompute`` recomputes before them.
 
     ``part``: "all" (the whole backward), "input" (zero-bubble B: everything but the
-    weight-gradient kernels) or "weight" (zero-bubble W: only those).
+    weight-gradient kernels) or "weight" (zero-bubble W: only those). ``attention_saved``:
+    whether per-op checkpointing keeps the fused attention's output (``op_checkpoint``).
     """
     out: list[Template] = []
     if part == "weight":
@@ -96,7 +97,7 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
     if recompute == "full" and unit.layer >= 0:
         out += forward(unit, "recompute", cp, duration)
     if recompute == "op" and unit.layer >= 0:
-        redo = Unit(unit.name, recomputed_steps(unit.steps), unit.layer)
+        redo = Unit(unit.name, recomputed_steps(unit.steps, attention_saved), unit.layer)
         out += forward(redo, "recompute", cp, duration)
     selective = recompute == "selective"
     for step in reversed(unit.steps):
@@ -145,7 +146,8 @@ def compute_seconds(templates: Sequence[Template]) -> float:
 
 
 def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, recompute: str,
-                        op_time: Duration) -> list[list[tuple[float, float]]]:
+                        op_time: Duration, attention_saved: bool = True
+                        ) -> list[list[tuple[float, float]]]:
     """(forward, backward) seconds of compute per microbatch, per stage and model chunk.
 
     The sum of the lowering's own templates (``forward``, ``backward`` with ``recompute``)
@@ -162,12 +164,13 @@ def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, r
         return cache[key]
 
     return [[(sum(compute_seconds(forward(u, "forward", cp, duration)) for u in chunk),
-              sum(compute_seconds(backward(u, recompute, cp, duration)) for u in chunk))
+              sum(compute_seconds(backward(u, recompute, cp, duration,
+                                           attention_saved=attention_saved)) for u in chunk))
              for chunk in chunks] for chunks in units]
 
 
 def phase_costs(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, recompute: str,
-                op_time: Duration) -> tuple[float, float, float]:
+                op_time: Duration, attention_saved: bool = True) -> tuple[float, float, float]:
     """Mean seconds of compute of a model chunk's F, B (input gradients, with what
     ``recompute`` recomputes) and W (weight gradients) per microbatch, over every (stage,
     chunk) of ``units``: what a costed pipeline schedule is built for."""
@@ -176,7 +179,8 @@ def phase_costs(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, recompute
     for chunk in cells:
         for u in chunk:
             sums[0] += compute_seconds(forward(u, "forward", cp, op_time))
-            sums[1] += compute_seconds(backward(u, recompute, cp, op_time, "input"))
+            sums[1] += compute_seconds(backward(u, recompute, cp, op_time, "input",
+                                                attention_saved))
             sums[2] += compute_seconds(backward(u, recompute, cp, op_time, "weight"))
     n = max(len(cells), 1)
     return sums[0] / n, sums[1] / n, sums[2] / n

@@ -210,7 +210,8 @@ def stage_compute_times(scenario: Any, cluster: Any, plan: Any
 
     gpu, comp, dtype = cluster.gpu_spec, scenario.compute, scenario.training.dtype
     return lowered(plan.units, cp=plan.dims.cp, recompute=scenario.parallelism.recompute,
-                   op_time=lambda op: op_time(op, gpu, comp, dtype))
+                   op_time=lambda op: op_time(op, gpu, comp, dtype),
+                   attention_saved=comp.op_sac_saves_attention)
 
 
 @dataclass

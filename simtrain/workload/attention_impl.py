@@ -26,11 +26,23 @@ Range on H100: 0.25 (short sequences) to 0.34 (the paper's best). So on Hopper `
 come from different evidence (torchtitan's 8k-token rows, NeMo's long-sequence rows), and
 simtrain has no efficiency that grows with sequence length to join them. Other
 architectures have no FA2 figure here: set ``compute.attention_efficiency`` for them.
+
+- ``cudnn``: PyTorch SDPA's cuDNN backend (``aten._scaled_dot_product_cudnn_attention``),
+  which torchtitan puts first on Blackwell: ``ScaledDotProductAttention._init_backend``
+  inserts ``SDPBackend.CUDNN_ATTENTION`` at the head of the backend list "on B200"
+  (``has_cuda_capability(10, 0)``, torchtitan 0.1.0, ``models/attention.py``), and 0.2.0's
+  ``ScaledDotProductAttentionWrapper`` lists it first on every GPU (the PyPI wheels, read
+  for docs/blackwell.md). Its rate is the architecture default: on Blackwell that is
+  cuDNN's own fused attention (NeMo's B200 long-sequence table, Transformer Engine's cuDNN
+  backend). What differs is checkpointing: torchtitan's per-op policy saves the flash and
+  memory-efficient SDPA ops only (``_save_list`` in 0.1.0's ``llama3/infra/
+  parallelize.py``, ``_op_sac_save_list`` in 0.2.0), so under ``recompute: op`` the cuDNN
+  attention forward is re-run before each block's backward (``op_sac_saves_attention``).
 """
 
 from __future__ import annotations
 
-ATTENTION_IMPLS = ("default", "fa2")
+ATTENTION_IMPLS = ("default", "fa2", "cudnn")
 # Dao 2023 Sec. 4.1, forward + backward, best case (TFLOP/s) and the GPU's dense BF16 peak.
 FA2_BEST_TFLOPS = {"ampere": (225.0, 312.0), "hopper": (335.0, 989.4)}
 FA2_AMPERE_TRAINING = 0.60  # simtrain's Ampere default, an FA2 figure at training shapes
@@ -46,3 +58,13 @@ def fa2_efficiency(arch: str) -> float:
     best, peak = FA2_BEST_TFLOPS[arch]
     a_best, a_peak = FA2_BEST_TFLOPS["ampere"]
     return FA2_AMPERE_TRAINING * (best / peak) / (a_best / a_peak)
+
+
+def op_sac_saves_attention(impl: str) -> bool:
+    """Whether torchtitan's per-op checkpointing saves the fused attention's output when
+    ``impl`` runs it: its save list names the flash and memory-efficient SDPA ops, not the
+    cuDNN one (module docstring), so ``cudnn`` attention is recomputed."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"unknown attention_impl {impl!r}; use one of: "
+                         f"{', '.join(ATTENTION_IMPLS)}")
+    return impl != "cudnn"

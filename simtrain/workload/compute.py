@@ -30,7 +30,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simtrain.units import Seconds
-from simtrain.workload.attention_impl import fa2_efficiency
+from simtrain.workload.attention_impl import fa2_efficiency, op_sac_saves_attention
 from simtrain.workload.model import OP_KINDS, Op
 
 # Fraction of dense peak a large, well-shaped bf16 GEMM reaches with cuBLAS/cuBLASLt.
@@ -121,9 +121,10 @@ class ComputeConfig(BaseModel):
     fp8_gemm_efficiency: float | None = None
     # Peak fraction of fused (flash) attention on executed FLOPs (None: from attention_impl).
     attention_efficiency: float | None = None
-    # The fused attention kernel: "default" (per-arch ATTENTION_EFFICIENCY) or "fa2"
-    # (FlashAttention-2, as PyTorch SDPA runs it; simtrain.workload.attention_impl).
-    attention_impl: Literal["default", "fa2"] = "default"
+    # The fused attention kernel: "default" (per-arch ATTENTION_EFFICIENCY), "fa2"
+    # (FlashAttention-2, as PyTorch SDPA runs it) or "cudnn" (SDPA's cuDNN backend: the
+    # default rate, not saved by per-op checkpointing); simtrain.workload.attention_impl.
+    attention_impl: Literal["default", "fa2", "cudnn"] = "default"
     # Training uses causal masks: a causal flash kernel skips the blocks above the diagonal
     # and executes about half the non-causal FLOPs that Op.flops counts (MFU convention).
     causal_attention: bool = True
@@ -181,6 +182,11 @@ class ComputeConfig(BaseModel):
     def hbm_efficiency(self, arch: str) -> float:
         """The configured memory efficiency, or the default for ``arch``."""
         return _by_arch(self.memory_efficiency, MEMORY_EFFICIENCY, arch, "memory_efficiency")
+
+    @property
+    def op_sac_saves_attention(self) -> bool:
+        """Whether per-op checkpointing keeps this attention kernel's output (not cuDNN's)."""
+        return op_sac_saves_attention(self.attention_impl)
 
     def max_attention_efficiency(self, arch: str) -> float:
         """The configured attention efficiency, else ``attention_impl``'s for ``arch``."""

@@ -83,7 +83,8 @@ def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, *, t: int = 1,
 
 def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp: int = 1,
                            sp: bool = False, recompute: Recompute = "none",
-                           dtype_bytes: int = 2, modules: tuple[str, ...] = ()) -> float:
+                           dtype_bytes: int = 2, modules: tuple[str, ...] = (),
+                           attention_saved: bool = True) -> float:
     """Korthikanti's per-layer count generalised to GQA, SwiGLU, MoE, CP and no dropout.
 
     Term by term (16-bit elements, sl = s/cp local tokens, r = replicated without SP):
@@ -99,7 +100,9 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     layers are dense. MLA: ``mla.mla_activation_units`` in place of Q, K, V and the proj
     input. Query width a·d (= h unless head_dim is given). ``op`` (torchtitan's per-op
     checkpointing): the block input, the saved mm and SDPA outputs
-    (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp.
+    (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp; with
+    ``attention_saved`` False (cuDNN SDPA, not in the save list) neither the SDPA output nor
+    its logsumexp is kept.
     ``modules`` (Megatron-Core's output-discarding recompute, ``moe.RECOMPUTE_MODULES``) of a
     MoE layer: "moe_act" keeps only the experts' fc1 output (the checkpoint's input), not
     the clamp's copy nor fc2's input; "layernorm" drops the pre-MLP norm's output, 2·sl·b·h
@@ -115,7 +118,8 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     rep = tp if sp else 1
     if recompute == "op":  # torchtitan per-op checkpointing (simtrain.parallel.op_checkpoint)
         sharded, whole = op_checkpoint_widths(q, kv, h, cfg.ffn_size, cfg.activation == "swiglu")
-        heads = cfg.num_heads // tp
+        heads = cfg.num_heads // tp if attention_saved else 0
+        sharded -= 0 if attention_saved else q  # the SDPA output is recomputed
         replicated = float(h * (1 + (2 if sp and tp > 1 else 0)))  # block input, saved RS out
         return (dtype_bytes * sl * b * (sharded / tp + whole + replicated / rep)
                 + 4.0 * heads * sl * b)  # + the fp32 logsumexp of the saved SDPA

@@ -53,3 +53,20 @@ def test_bound_sums_the_charged_compute_and_never_exceeds_the_step(par, model, s
                       if sp.kind in CHARGED)
         assert charged == pytest.approx(m * sum(f + b for f, b in chunks), rel=1e-9)
     assert step_time_bound(times, m) <= result.summary["step_time_s"]
+
+
+def test_bound_counts_the_recomputed_cudnn_attention():
+    # compute.attention_impl cudnn: per-op checkpointing re-runs the attention, and the
+    # bound's per-stage work must include it as the simulation charges it.
+    from simtrain.simulate import build_plan
+
+    s = _scenario({"tp": 2, "sp": True, "recompute": "op"})
+    s = s.model_copy(update={"compute": s.compute.model_copy(
+        update={"attention_impl": "cudnn"})})
+    result = simulate(s)
+    plan = build_plan(s, result.cluster)
+    times = stage_compute_times(s, result.cluster, plan)
+    charged = sum(sp.duration for sp in result.timeline.for_rank(plan.dims.rank(pp=0))
+                  if sp.kind in CHARGED)
+    assert charged == pytest.approx(plan.micro_batches * sum(f + b for f, b in times[0]),
+                                    rel=1e-9)

@@ -111,3 +111,37 @@ def test_simulated_step_orders_none_op_full():
 
     none, op, full = step("none"), step("op"), step("full")
     assert none < op < full
+
+
+def test_cudnn_attention_is_recomputed_once_and_its_output_not_saved():
+    # torchtitan's save list names the flash and efficient SDPA ops, not the cuDNN one.
+    unit = block_unit(_cfg(), 0, 1, 16, 2, ShardSpec())
+    saved = recomputed_steps(unit.steps)
+    redo = recomputed_steps(unit.steps, attention_saved=False)
+    extra = [s.op for s in redo if s not in saved]
+    assert [op.kind for op in extra] == ["attention"] and extra[0].params == ()
+    assert len(redo) == len(saved) + 1
+    cfg = ModelConfig.from_preset("llama3-8b")
+    # Not kept: the SDPA output 2 B·8192·4096 = 67,108,864 and its fp32 logsumexp
+    # 4 B·32 heads·8192 = 1,048,576: 521,142,272 - 68,157,440 = 452,984,832.
+    assert layer_activation_bytes(cfg, 1, 8192, recompute="op", attention_saved=False) == (
+        pytest.approx(452_984_832))
+    # Only per-op checkpointing reads the flag.
+    assert layer_activation_bytes(cfg, 1, 8192, attention_saved=False) == (
+        layer_activation_bytes(cfg, 1, 8192))
+
+
+def test_cudnn_attention_costs_time_only_under_per_op_checkpointing():
+    from simtrain import load_scenario, simulate
+
+    def step(recompute: str, impl: str) -> float:
+        s = load_scenario({
+            "cluster": {"preset": "dgx-b200", "nodes": 1, "gpus_per_node": 1},
+            "model": {"preset": "tiny-moe"},
+            "training": {"global_batch_size": 2, "micro_batch_size": 2, "seq_len": 256},
+            "parallelism": {"recompute": recompute},
+            "compute": {"attention_impl": impl}})
+        return simulate(s).summary["step_time_s"]
+
+    assert step("none", "cudnn") == step("none", "default")  # same kernel rate
+    assert step("op", "cudnn") > step("op", "default")  # its forward re-run

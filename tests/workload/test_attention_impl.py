@@ -28,3 +28,14 @@ def test_config_picks_the_impl_and_an_explicit_efficiency_wins():
                          ).max_attention_efficiency("hopper") == 0.5
     # FA2 is slower than the default (cuDNN/FA3-class) kernel on Hopper.
     assert fa2.max_attention_efficiency("hopper") < ATTENTION_EFFICIENCY["hopper"]
+
+
+def test_cudnn_runs_at_the_default_rate_but_per_op_checkpointing_recomputes_it():
+    from simtrain.workload.attention_impl import op_sac_saves_attention
+
+    cudnn = ComputeConfig(attention_impl="cudnn")
+    assert cudnn.max_attention_efficiency("blackwell") == ATTENTION_EFFICIENCY["blackwell"]
+    assert not cudnn.op_sac_saves_attention
+    assert ComputeConfig().op_sac_saves_attention and op_sac_saves_attention("fa2")
+    with pytest.raises(ValueError, match="default, fa2, cudnn"):
+        op_sac_saves_attention("flex")
