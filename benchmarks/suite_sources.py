@@ -116,7 +116,8 @@ def make_row(*, rid: str, src: dict[str, Any], published: dict[str, float], mode
              prec: str | None = None, layers: int | None = None, kv_heads: int | None = None,
              gpu: str | None = None, training: dict[str, Any] | None = None,
              par: dict[str, Any] | None = None, model_extra: dict[str, Any] | None = None,
-             needs: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+             needs: tuple[str, ...] | list[str] = (),
+             compute: dict[str, Any] | None = None) -> dict[str, Any]:
     """A suite row from a source row's configuration (see module docstring)."""
     key = shape_key(model)
     if key is not None:
@@ -139,6 +140,8 @@ def make_row(*, rid: str, src: dict[str, Any], published: dict[str, float], mode
         else:
             pbody[k] = v
     scenario = {"cluster": cbody, "model": mbody, "training": tr, "parallelism": pbody}
+    if compute:
+        scenario["compute"] = dict(compute)
     all_needs = list(dict.fromkeys([*mneeds, *cneeds, *pneeds, *needs, *layout_needs(pbody)]))
     return {"id": rid, "source": src, "published": published, "needs": all_needs,
             "scenario": scenario}
@@ -225,8 +228,20 @@ def nemo2_docs(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
                 shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
                 gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
                 vp=cfg["vp"], ep=cfg["ep"], dp=None, fsdp=bool(cfg.get("fsdp")),
-                prec=_nemo2_prec(cfg["rel"], bool(variant))))
+                prec=_nemo2_prec(cfg["rel"], bool(variant)),
+                compute={"cross_entropy": _nemo2_loss(cfg["rel"])}))
     return unique(rows)
+
+
+def _nemo2_loss(release: str) -> str:
+    """The release's cross-entropy kernels (simtrain.workload.cross_entropy). NeMo 2's
+    ``GPTConfig`` fuses it by default (``cross_entropy_loss_fusion: bool = True``,
+    nemo_toolkit 2.2.0, 2.3.0 and 2.4.0 ``llm/gpt/model/base.py``); 2.2.0 (25.02) sets no
+    implementation, so Megatron-Core's "native" one runs; 2.3.0 (25.04,
+    ``scripts/performance/utils.py`` ``set_primary_perf_configs``) and 2.4.0 (25.07,
+    ``scripts/performance/helpers.py``) set ``cross_entropy_fusion_impl = "te"`` on every
+    performance run."""
+    return "native" if release == "25.02" else "te"
 
 
 def _nemo2_prec(release: str, alt: bool = False) -> str:
@@ -283,8 +298,20 @@ def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
                 gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
                 vp=cfg.get("vp"), ep=cfg.get("ep"), fsdp=bool(cfg.get("fsdp")), prec=prec,
                 training=training, model_extra=extra, needs=needs,
-                par={**BRIDGE_DDP, **bridge_recompute(cfg, prec)}))
+                par={**BRIDGE_DDP, **bridge_recompute(cfg, prec)},
+                compute={"cross_entropy": bridge_loss(cfg)}))
     return unique(rows)
+
+
+def bridge_loss(cfg: dict[str, Any]) -> str:
+    """A Megatron Bridge row's cross-entropy kernels, from megatron_bridge 0.3.1's recipes:
+    every pretrain recipe sets ``cross_entropy_loss_fusion = True``, with
+    ``cross_entropy_fusion_impl = "te"`` (llama3.py, qwen3.py, qwen3_moe.py, deepseek_v3.py,
+    kimi_k2.py) or "native" (gpt_oss.py: "GPT-OSS uses native"; nemotronh.py); the LoRA
+    recipes (``*_peft_config``) set it False."""
+    if cfg.get("task") == "lora":
+        return "unfused"
+    return "native" if cfg["model"].startswith(("GPT OSS", "Nemotron")) else "te"
 
 
 # megatron-bridge 0.6.2 (pip wheel), megatron/bridge/perf_recipes/gpt_oss/{gb200,b200,h100}/
@@ -377,7 +404,9 @@ SPECS_MEGATRON = [
                   "row (id ...-alt) with the differing fields applied. Gradients in bf16",
                   "(ddp.grad_dtype): NeMo's performance recipes set grad_reduce_in_fp32",
                   "False in every release here (2.2.0 recipes' performance optimizations,",
-                  "2.3.0 scripts/performance/utils.py, 2.4.0 helpers.py)."],
+                  "2.3.0 scripts/performance/utils.py, 2.4.0 helpers.py). Fused cross-entropy",
+                  "(compute.cross_entropy): native in 25.02 (2.2.0's default), te in 25.04",
+                  "and 25.07 (the performance scripts' cross_entropy_fusion_impl)."],
               base=NEMO2_BASE),
     SuiteSpec("megatron-bridge", "megatron_bridge_perf_summary", "", megatron_bridge,
               choices=MEGATRON_CHOICES + [
@@ -387,7 +416,9 @@ SPECS_MEGATRON = [
                   "superseded rows (published, later replaced) are kept as ...-superseded.",
                   "tokendrop rows: capacity_factor 1.0; dropless otherwise.",
                   "Each gradient bucket's NaN check before its collective, as the Bridge",
-                  "recipes keep it (ddp.check_for_nan_in_grad)."]),
+                  "recipes keep it (ddp.check_for_nan_in_grad).",
+                  "The loss runs the recipe's fused cross-entropy (compute.cross_entropy:",
+                  "te, native for GPT-OSS and Nemotron-H, unfused for LoRA; 0.3.1 recipes)."]),
     SuiteSpec("nemo-automodel-h100", "nemo_automodel_h100_bf16", "", automodel,
               choices=[
                   "Compared: step time (time per global step) and tokens/s/GPU. FSDP2 over the",

@@ -137,6 +137,7 @@ class ShardSpec(Shard):
     tp_overlap: bool = False
     torch_ring: bool = False  # PyTorch's ring attention (ring_merge.py)
     recompute_modules: tuple[str, ...] = ()  # Op.module names re-run before the backward
+    cross_entropy: str = "unfused"  # the loss kernels (workload.cross_entropy)
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
@@ -240,7 +241,7 @@ def embedding_unit(cfg: ModelConfig, b: int, s: int, dt: int, spec: ShardSpec) -
 
 def head_units(cfg: ModelConfig, b: int, s: int, dt: int, spec: ShardSpec) -> list[Unit]:
     """Final norm, then the vocab-parallel LM head and fp32 cross-entropy (V/t per rank)."""
-    return [to_unit(p, spec) for p in head(cfg, b, s, dt, spec)]
+    return [to_unit(p, spec) for p in head(cfg, b, s, dt, spec, loss=spec.cross_entropy)]
 
 
 def stage_layers(num_layers: int, pp: int, vpp: int,

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simtrain.units import Seconds
 from simtrain.workload.attention_impl import fa2_efficiency, op_sac_saves_attention
+from simtrain.workload.cross_entropy import CrossEntropyImpl
 from simtrain.workload.model import OP_KINDS, Op
 
 # Fraction of dense peak a large, well-shaped bf16 GEMM reaches with cuBLAS/cuBLASLt.
@@ -125,6 +126,10 @@ class ComputeConfig(BaseModel):
     # (FlashAttention-2, as PyTorch SDPA runs it) or "cudnn" (SDPA's cuDNN backend: the
     # default rate, not saved by per-op checkpointing); simtrain.workload.attention_impl.
     attention_impl: Literal["default", "fa2", "cudnn"] = "default"
+    # The LM head's cross-entropy kernels: "unfused" fp32 passes, Megatron-Core's "native"
+    # torch.compile fusion or Transformer Engine's Triton kernel ("te");
+    # simtrain.workload.cross_entropy.
+    cross_entropy: CrossEntropyImpl = "unfused"
     # Training uses causal masks: a causal flash kernel skips the blocks above the diagonal
     # and executes about half the non-causal FLOPs that Op.flops counts (MFU convention).
     causal_attention: bool = True

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from simtrain.workload.cross_entropy import loss_op
 from simtrain.workload.eager import eager_activation, eager_norm, eager_rope
 from simtrain.workload.glu_clamp import expert_bias, glu_clamp
 from simtrain.workload.mla import mla_attention, mla_projections, mla_widths
@@ -37,7 +38,6 @@ from simtrain.workload.ops import (
     SOFTMAX_FLOPS,
     Op,
     Param,
-    cross_entropy,
     elementwise,
     embedding_lookup,
     flash_attention,
@@ -382,9 +382,10 @@ def embedding(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> LayerP
     return LayerProgram("embedding", tuple(items))
 
 
-def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> list[LayerProgram]:
-    """Final norm, then the vocab-parallel LM head GEMM (V/t per rank) and the unfused fp32
-    softmax cross-entropy over its logits (``cross_entropy``: the fp32 softmax is saved).
+def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard,
+         loss: str = "unfused") -> list[LayerProgram]:
+    """Final norm, then the vocab-parallel LM head GEMM (V/t per rank) and the softmax
+    cross-entropy over its logits as ``loss``'s kernels run it (``cross_entropy.loss_op``).
 
     Tied embeddings share the word embedding's weight when it lives on the same rank
     (pp = 1); with pp > 1 the last stage holds its own copy, as Megatron does.
@@ -397,6 +398,7 @@ def head(cfg: ModelConfig, b: int, s: int, dt: int, shard: Shard) -> list[LayerP
     if cfg.tied_embeddings and shard.pp == 1:
         logits = Op(logits.name, logits.kind, logits.flops, logits.bytes, logits.gemm_shape,
                     (), logits.activation_bytes)
-    loss = cross_entropy("lm_head.loss", m, v, dt)
+    kernels = loss_op("lm_head.loss", m, v, dt, loss)
     return [LayerProgram("final_norm", (_norm("final_norm", cfg, mn, dt),)),
-            LayerProgram("lm_head", (Site("lm_head.f", "f", float(dt * m * h)), logits, loss))]
+            LayerProgram("lm_head", (Site("lm_head.f", "f", float(dt * m * h)), logits,
+                                     kernels))]
