@@ -205,7 +205,9 @@ def simumax(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
             shapes=shapes, seq=r["seq"], system="DGX-B200", gpus=8, gbs=r["gbs_inf"],
             mbs=r["mbs"], tp=r["tp"], pp=r["pp"], cp=r["cp"], ep=r.get("ep"), dp=r["dp"],
             layers=r["layers"], kv_heads=16 if model == "llama3-405b" else None,
-            par=par, model_extra=extra, needs=needs))
+            par=par, model_extra=extra, needs=needs,
+            # "case suffix _cef = TE fused cross-entropy" (the source's legend)
+            compute={"cross_entropy": "te"} if "_cef" in r["case"] else None))
     return unique(rows)
 
 
