@@ -85,7 +85,7 @@ def build_plan(scenario: Scenario, cluster: Cluster, step_micro_batches: int = 0
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
                      cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp,
                      etp=dims.etp, fp8_gathers=train.fp8_recipe in FP8_GATHER_RECIPES,
-                     layout=cfg.layout,
+                     layout=cfg.layout, tp_overlap_impl=par.tp_comm_overlap_impl,
                      tp_overlap=par.tp_comm_overlap and dims.sp and dims.tp > 1,
                      torch_ring=scenario.compute.attention_impl == "fa2")
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
@@ -124,10 +124,12 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
         moe_dispatcher=par.moe_dispatcher,
         experts_per_token=scenario.model.experts_per_token,
         routing_node_limit=scenario.model.routing_node_limit, server_of=cluster.server_of,
-        tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
+        tp_comm_overlap=par.tp_comm_overlap, tp_overlap_impl=par.tp_comm_overlap_impl,
+        overlap_param_gather=ddp.overlap_param_gather,
         pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
         reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
         fsdp_reduce_dtype=par.fsdp.reduce_dtype, fsdp_copies=par.fsdp.copies,
+        fsdp_sync_each_microbatch=par.fsdp.sync_each_microbatch,
     )
     options = replace(options, optimizer_step=optimizer_timer(scenario, cluster),
                       bucket_prepass=prepass_timer(scenario.parallelism.ddp,
