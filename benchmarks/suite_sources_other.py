@@ -14,14 +14,17 @@ TITAN_CHOICES = [
     "batch x FSDP degree where not stated; with PP the local batch splits into pp",
     "microbatches (torchtitan's default count); selective (op) AC is recompute: op",
     "(torchtitan's per-op policy: every second mm recomputed, SDPA saved), full AC full;",
-    "TP is sequence parallel; AsyncTP is tp_comm_overlap; rows stated without",
-    "torch.compile run model.elementwise eager (RMSNorm, RoPE, SwiGLU as aten ops), the",
-    "others simtrain's fused kernels; Float8 is training.dtype fp8 with recipe",
+    "TP is sequence parallel; AsyncTP is tp_comm_overlap with PyTorch's symmetric-memory",
+    "pipeline (tp_comm_overlap_impl symm_mem: only the matmuls inductor fuses); rows",
+    "stated without torch.compile run model.elementwise eager (RMSNorm, RoPE, SwiGLU as",
+    "aten ops), the others simtrain's fused kernels; Float8 is training.dtype fp8 with recipe",
     "current (tensorwise dynamic scaling, torchao's default); attention is PyTorch SDPA's",
     "FlashAttention-2 (compute.attention_impl fa2) on H100/H200/A100; sim.granularity layer;",
     "FSDP2's copy-out after each all-gather and gradient copy-in before each reduce-scatter",
     "run on the compute stream (parallelism.fsdp.copies, torch fully_shard); activations are",
     "batch-first (model.layout bsh: copies around SP collectives, simtrain/parallel/sp_layout.py).",
+    "With PP, blocks are not resharded after forward and gradients are reduce-scattered once,",
+    "after each stage's last backward (torchtitan's default reshard policy, torch pipelining).",
 ]
 # Fused attention torchtitan runs: PyTorch SDPA's flash backend, FlashAttention-2
 # (simtrain/workload/attention_impl.py), on Hopper and Ampere; on Blackwell it puts SDPA's
@@ -32,11 +35,20 @@ FA2_GPUS = ("h100", "h200", "a100")
 # torchtitan shards with FSDP2 (fully_shard): its per-parameter copy-out and copy-in kernels
 # run on the compute stream (simtrain/parallel/fsdp.py, ``copies``).
 # Its Llama keeps activations [b, s, h] and shards the sequence on dim 1 (model.layout bsh).
+# Its async TP is PyTorch's (torch.compile's micro-pipeline pass over symmetric memory,
+# ``tp_comm_overlap_impl: symm_mem``: simtrain/parallel/tensor.py).
 TITAN_BASE: dict[str, Any] = {"model": {"layout": "bsh"},
                               "parallelism": {"order": ORDER,
                                               "ddp": {"overlap_param_gather": False},
-                                              "fsdp": {"copies": True}},
+                                              "fsdp": {"copies": True},
+                                              "tp_comm_overlap_impl": "symm_mem"},
                               "sim": {"granularity": "layer"}}
+# With PP, torchtitan's apply_fsdp ("default" reshard policy) keeps each block unsharded
+# after forward ("to avoid per-microbatch all-gathers"; read in the torchtitan 0.1.0
+# wheel, models/llama3/infra/parallelize.py), and torch.distributed.pipelining turns
+# FSDP2's gradient sync off until each stage's last backward (one reduce-scatter per unit
+# and step; simtrain/parallel/fsdp.py sync_each_microbatch).
+PIPE_FSDP = {"reshard_after_forward": False, "sync_each_microbatch": False}
 # torchtitan's "selective" AC of its Llama 3 configs is the op policy (llama3_8b.toml:
 # mode = 'selective', selective_ac_option = 'op'; the MXFP8 doc says "per-op SAC").
 AC = {"selective": "op", "selective op": "op", "per-op sac": "op",
@@ -88,6 +100,8 @@ def torchtitan_2024_12(source: dict[str, Any], shapes: Shapes) -> list[dict[str,
         if "AsyncTP" in r["techniques"]:
             par["tp_comm_overlap"] = True
         vp = 2 if r.get("pp_schedule") == "Interleaved 1F1B" else None
+        if pp > 1:  # torchtitan's apply_fsdp "default" policy and torch pipelining (PIPE_FSDP)
+            par["fsdp"] = PIPE_FSDP
         rows.append(_stack(make_row(
             rid=slug(f"t{r['table']}", r["model"], f"{r['gpus']}gpu", r["techniques"],
                      f"seq{seq // 1024}k"), src=r,
@@ -158,7 +172,8 @@ def torchtitan_dsv3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
             mbs=4096 // (fsdp * r["microbatches"]), pp=pp, vp=vp, ep=r["ep"], dp=fsdp,
             fsdp=True, prec="MXFP8", model_extra=extra, needs=needs,
             # fixed fsdp_reshard_after_forward: never (source)
-            par={"fsdp": {"reshard_after_forward": False}}))
+            # (with PP also torch pipelining's one gradient sync per step, PIPE_FSDP)
+            par={"fsdp": PIPE_FSDP if pp > 1 else {"reshard_after_forward": False}}))
     return unique(rows)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from simtrain.engine.timeline import (
 )
 from simtrain.fidelity import FidelityChoice, choose_fidelity, fidelity_note
 from simtrain.hardware.topology import Cluster, build_cluster
+from simtrain.op_timing import op_timer, optimizer_timer
 from simtrain.parallel.bucket_prepass import prepass_timer
 from simtrain.parallel.expert import deepep_problem
 from simtrain.parallel.fsdp import gathered_bytes
@@ -34,7 +35,6 @@ from simtrain.workload.fp8 import (
     FP8_GATHER_RECIPES,
     FP8_WEIGHT_BYTES,
     check_fp8,
-    fp8_op_time,
 )
 from simtrain.workload.host import host_summary, issue_times
 from simtrain.workload.interference import NCCL_CHANNELS, Interference
@@ -44,8 +44,7 @@ from simtrain.workload.memory import (
     layer_activation_bytes,
     model_state_bytes,
 )
-from simtrain.workload.model import Op, model_flops_per_step, num_parameters
-from simtrain.workload.optimizer import OptimizerStep, optimizer_step
+from simtrain.workload.model import model_flops_per_step, num_parameters
 from simtrain.workload.tables import measured_share
 
 
@@ -85,7 +84,7 @@ def build_plan(scenario: Scenario, cluster: Cluster, step_micro_batches: int = 0
     spec = ShardSpec(tp=dims.tp, cp=dims.cp, ep=dims.ep, sp=dims.sp,
                      cp_algorithm=par.cp_algorithm, cp_a2a=dims.cp_a2a, pp=dims.pp,
                      etp=dims.etp, fp8_gathers=train.fp8_recipe in FP8_GATHER_RECIPES,
-                     layout=cfg.layout,
+                     layout=cfg.layout, tp_overlap_impl=par.tp_comm_overlap_impl,
                      tp_overlap=par.tp_comm_overlap and dims.sp and dims.tp > 1,
                      torch_ring=scenario.compute.attention_impl == "fa2",
                      recompute_modules=tuple(par.recompute_modules),
@@ -127,11 +126,13 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
         moe_dispatcher=par.moe_dispatcher,
         experts_per_token=scenario.model.experts_per_token,
         routing_node_limit=scenario.model.routing_node_limit, server_of=cluster.server_of,
-        tp_comm_overlap=par.tp_comm_overlap, overlap_param_gather=ddp.overlap_param_gather,
+        tp_comm_overlap=par.tp_comm_overlap, tp_overlap_impl=par.tp_comm_overlap_impl,
+        overlap_param_gather=ddp.overlap_param_gather,
         pp_gather=par.pp_scatter_gather and not plan.dims.sp and plan.dims.tp > 1,
         reshard_after_forward=par.fsdp.reshard_after_forward, fsdp_prefetch=par.fsdp.prefetch,
         fsdp_reduce_dtype=par.fsdp.reduce_dtype, fsdp_copies=par.fsdp.copies,
         attention_saved=scenario.compute.op_sac_saves_attention,
+        fsdp_sync_each_microbatch=par.fsdp.sync_each_microbatch,
     )
     options = replace(options, optimizer_step=optimizer_timer(scenario, cluster),
                       bucket_prepass=prepass_timer(scenario.parallelism.ddp,
@@ -147,42 +148,6 @@ def build_graph(scenario: Scenario, cluster: Cluster, plan: Plan | None = None,
     timer = op_timer(scenario, cluster, plan.step_micro_batches or plan.micro_batches)
     Lowering(graph, plan.units, plan.schedule, options, timer).run()
     return graph
-
-
-def optimizer_timer(scenario: Scenario, cluster: Cluster
-                    ) -> Callable[[list[int], int], OptimizerStep]:
-    """The optimizer step's kernels on one rank, from its parameter counts and shard."""
-    gpu, compute, train = cluster.gpu_spec, scenario.compute, scenario.training
-    per_param = optimizer_bytes_per_param(train.optimizer, train.dtype)
-    grad_bytes = DTYPE_BYTES[scenario.parallelism.ddp.grad_dtype]
-
-    def memory_time(nbytes: float) -> float:
-        return op_time(Op("optimizer", "elementwise", 0.0, nbytes, None, (), 0.0), gpu,
-                       compute)
-
-    def step(numels: list[int], shards: int) -> OptimizerStep:
-        return optimizer_step(numels, shards, bytes_per_param=per_param,
-                              grad_bytes=grad_bytes, memory_time=memory_time,
-                              kernel_issue_s=compute.host_kernel_issue)
-
-    return step
-
-
-def op_timer(scenario: Scenario, cluster: Cluster, micro_batches: int
-             ) -> Callable[[Op], float]:
-    """Seconds of one op on the cluster's GPU in the scenario's dtype (FP8 recipe aware)."""
-    gpu, compute, train = cluster.gpu_spec, scenario.compute, scenario.training
-    recipe = train.fp8_recipe
-    if recipe is None:
-        def timer(op: Op) -> float:
-            return op_time(op, gpu, compute, train.dtype)
-    else:
-        dims = scenario.parallelism.dims(cluster.num_gpus)
-        gather = dims.tp if dims.sp and recipe in FP8_GATHER_RECIPES else 1
-
-        def timer(op: Op) -> float:
-            return fp8_op_time(op, gpu, compute, recipe, micro_batches, gather)
-    return timer
 
 
 def fidelity(scenario: Scenario, cluster: Cluster) -> str:

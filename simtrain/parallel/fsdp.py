@@ -33,6 +33,13 @@ its backward. The knobs, as PyTorch FSDP2 names them:
   for (``copy_out_bytes``, ``copy_in_bytes``). False: parameters and gradients are views
   of flat buffers the collectives read and write directly (FSDP1's FlatParameter,
   Megatron-FSDP's contiguous buffers), no copies.
+- ``sync_each_microbatch`` (FSDP2 ``set_requires_gradient_sync``): true reduce-scatters a
+  unit's gradients after every microbatch's backward; false only after the last one, the
+  others accumulating unsharded gradients: what ``torch.distributed.pipelining``'s
+  schedules set for FSDP2 stages (``stage.py`` ``backward_maybe_with_nosync`` in the
+  torch 2.6.0 wheel: gradient sync and reshard-after-backward off until the last
+  backward, then every group's ``post_backward``), so one reduce-scatter per unit and
+  step, all after the stage's last backward.
 """
 
 from __future__ import annotations
@@ -66,6 +73,9 @@ class FSDPConfig(BaseModel):
     copies: bool = Field(
         False, description="FSDP2's copy-out after each all-gather and gradient copy-in "
         "before each reduce-scatter, on the compute stream (false: flat-buffer views)")
+    sync_each_microbatch: bool = Field(
+        True, description="reduce-scatter gradients after every microbatch (false: only "
+        "after the last, accumulating unsharded; torch pipelining with FSDP2)")
 
 
 def check_fsdp(cfg: FSDPConfig, *, zero: int, dp: int, cp: int) -> list[tuple[str, str]]:

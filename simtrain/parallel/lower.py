@@ -83,7 +83,7 @@ class Lowering:
                           imbalance=options.imbalance,
                           capacity_factor=options.capacity_factor,
                           symmetry=options.symmetry)
-        self._templates: dict[tuple[int, int, str], list[Template]] = {}
+        self._templates: dict[tuple[int, int, str, bool], list[Template]] = {}
         # Two-route schedules (DualPipe): the cells holding each model part twice, and the
         # per-rank tasks their gradient sum waits for, as each copy finishes.
         self._copies = copies(self.schedule)
@@ -94,15 +94,22 @@ class Lowering:
                  for s, chunks in enumerate(units) for c, chunk in enumerate(chunks)],
                 options.bucket_prepass)
 
-    def templates(self, stage: int, chunk: int, phase: str) -> list[Template]:
-        """The task templates of ``phase`` of ``chunk`` on ``stage`` (computed once)."""
-        key = (stage, chunk, phase)
+    def templates(self, stage: int, chunk: int, phase: str, sync: bool = True
+                  ) -> list[Template]:
+        """The task templates of ``phase`` of ``chunk`` on ``stage`` (computed once);
+        ``sync`` false: without FSDP's gradient reduce-scatters (and their copy-ins).
+        Synced once per step (``fsdp_sync_each_microbatch`` false), every unit's
+        reduce-scatter follows the whole phase, as torch pipelining calls each FSDP2
+        group's ``post_backward`` after the stage's last backward (``fsdp.py``)."""
+        key = (stage, chunk, phase, sync)
         if key in self._templates:
             return self._templates[key]
         o, cp, duration = self.o, self.dims.cp, self.em.duration
         out: list[Template] = []
         units = self.units[stage][chunk]
         split = self.schedule.split_backward
+        at_end = sync and not o.fsdp_sync_each_microbatch
+        sync = sync and not at_end  # each unit's reduce-scatter right after its backward
         for unit in (units if phase == "F" else reversed(units)):
             # 2. the layer program, 3. FSDP around each unit.
             if phase == "F":
@@ -111,20 +118,32 @@ class Lowering:
             elif phase == "B":
                 body = program.backward(unit, o.recompute, cp, duration,
                                         "input" if split else "all", o.attention_saved)
-                out += data_parallel.with_fsdp(unit, body, o, duration, scatter=not split)
+                out += data_parallel.with_fsdp(unit, body, o, duration,
+                                               scatter=sync and not split)
             else:  # "W": the weight gradients deferred from B, then their reduce-scatter
                 body = program.backward(unit, o.recompute, cp, duration, "weight")
                 out += data_parallel.with_fsdp(unit, body, o, duration, gather=False,
+                                                scatter=sync)
+        if at_end and phase == ("W" if split else "B"):
+            for unit in reversed(units):
+                out += data_parallel.with_fsdp(unit, [], o, duration, gather=False,
                                                 scatter=True)
         # EP all-to-alls carry each rank's routed bytes (all-to-all-v) under imbalance or
         # a DeepEP dispatch.
         out = with_route_splits(out, self.dims.ep, o.imbalance, o.capacity_factor,
                                 self._dispatch(stage))
         if o.tp_overlap:  # 4. TP comm overlap
-            out = overlap_tp(out)
+            out = overlap_tp(out, o.tp_overlap_impl)
         out = fuse(out, o.granularity, "forward" if phase == "F" else "backward")  # 5.
         self._templates[key] = out
         return out
+
+    def _step_templates(self, step: PipeStep) -> list[Template]:
+        """``step``'s templates: FSDP reduce-scatters every microbatch, or only on the
+        chunk's last one (``fsdp_sync_each_microbatch`` false)."""
+        sync = (self.o.fsdp_sync_each_microbatch
+                or step.microbatch == self.schedule.last_microbatch(step.stage, step.chunk))
+        return self.templates(step.stage, step.chunk, step.phase, sync)
 
     def _dispatch(self, stage: int) -> Dispatch | None:
         """The stage's MoE token dispatch (every EP group of a uniform cluster alike)."""
@@ -140,7 +159,7 @@ class Lowering:
         """Emit ``step`` on every rank of its stage; ``incoming`` maps rank -> p2p task."""
         if incoming:  # the transfer (scatter-gather: then its TP all-gather)
             receive(self.em, step, incoming, self.o.p2p_bytes, self.o.pp_gather)
-        self._emit(step, self.templates(step.stage, step.chunk, step.phase), defaultdict(list))
+        self._emit(step, self._step_templates(step), defaultdict(list))
 
     def emit_overlapped(self, group: Sequence[tuple[PipeStep, dict[int, int] | None]],
                         finish: Callable[[PipeStep], None]) -> None:
@@ -158,7 +177,7 @@ class Lowering:
         runs: list[list[tuple[PipeStep, list[Template]]]] = []
         for chain in chains:
             runs.append([(step, piece) for step, _ in chain
-                         for piece in _runs(self.templates(stage, step.chunk, step.phase))])
+                         for piece in _runs(self._step_templates(step))])
         incoming = {id(step): inc for step, inc in group}
         starts: dict[int, dict[int, list[list[int]]]] = defaultdict(lambda: defaultdict(list))
         seen: set[int] = set()

@@ -44,8 +44,10 @@ class LowerOptions:
     # Symmetric or hybrid fidelity spelled out: which ranks are simulated and whom the
     # others mirror (``symmetry.py``; overrides ``symmetric``).
     symmetry: Symmetry | None = None
-    # Megatron-Core --tp-comm-overlap: TP all-gather/reduce-scatter pipelined with GEMMs.
+    # Megatron-Core --tp-comm-overlap: TP all-gather/reduce-scatter pipelined with GEMMs;
+    # by TE's userbuffers or PyTorch's symmetric-memory async TP (parallel.tensor).
     tp_comm_overlap: bool = False
+    tp_overlap_impl: str = "userbuffers"
     # Megatron --overlap-param-gather: ZeRO-1/2 parameter all-gathers during the forward.
     overlap_param_gather: bool = False
     # The optimizer step's kernels on one rank (simtrain.workload.optimizer.optimizer_step
@@ -63,6 +65,7 @@ class LowerOptions:
     # Per-op checkpointing keeps the fused attention's output (False: cuDNN SDPA, re-run;
     # simtrain.workload.attention_impl.op_sac_saves_attention).
     attention_saved: bool = True
+    fsdp_sync_each_microbatch: bool = True  # false: one reduce-scatter after the last
 
     def __post_init__(self) -> None:
         if self.tp_comm_overlap and self.dims.tp > 1 and not self.dims.sp:

@@ -56,7 +56,9 @@ class ParallelismConfig(BaseModel):
     prefetch, reduce dtype; ``fsdp.py``).
     ``tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine
     userbuffers; needs ``sp``) pipelines each TP all-gather / reduce-scatter with the GEMM
-    consuming / producing it in tp chunks.
+    consuming / producing it in tp chunks; ``tp_comm_overlap_impl: symm_mem`` is PyTorch's
+    async TP (torch.compile's micro-pipeline pass), which pipelines fewer GEMMs
+    (``tensor.py``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -88,6 +90,10 @@ class ParallelismConfig(BaseModel):
                                     "sizes[0])")
     tp_comm_overlap: bool = Field(False, description="pipeline TP all-gathers/reduce-"
                                   "scatters with their GEMMs (TE userbuffers; needs sp)")
+    tp_comm_overlap_impl: Literal["userbuffers", "symm_mem"] = Field(
+        "userbuffers", description="who pipelines them: TE's userbuffers (every GEMM run "
+        "beside the collective) or PyTorch's symmetric-memory async TP (only the matmuls "
+        "inductor's micro_pipeline_tp pass fuses)")
     # Megatron-LM --scatter-gather-tensors-in-pipeline (on by default before Megatron-Core):
     # each TP rank sends 1/tp of the activation to its partner on the next stage, which
     # all-gathers it over TP (intra-node) instead of every rank sending all of it.

@@ -47,16 +47,18 @@ def is_core_attention(op: Op) -> bool:
 
 
 def kernel(op: Op, kind: str, expert: bool, layer: int, duration: Duration,
-           owns: bool = True) -> Kernel:
-    """The template of ``op``; ``owns``: its parameters' gradients are produced here."""
+           owns: bool = True, linears: int = 1) -> Kernel:
+    """The template of ``op``; ``owns``: its parameters' gradients are produced here;
+    ``linears``: the separate linears of the forward GEMM a backward GEMM belongs to."""
     t = duration(op)
     names = tuple(p.name for p in op.params)
     # Positional: templates are built for every kernel of a stage (frozen, so not cheap).
     if expert:
         return Kernel(op.name, kind, 0.0, t, 0.0, op.flops, layer, names if owns else (),
-                      names if kind == "forward" else (), op.kind == "gemm")
+                      names if kind == "forward" else (), op.kind == "gemm", 1, op.grad,
+                      linears)
     return Kernel(op.name, kind, t, 0.0, op.flops, 0.0, layer, names if owns else (),
-                  names if kind == "forward" else (), op.kind == "gemm")
+                  names if kind == "forward" else (), op.kind == "gemm", 1, op.grad, linears)
 
 
 def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template]:
@@ -106,9 +108,11 @@ def backward(unit: Unit, recompute: str, cp: int, duration: Duration,
                 if step.recompute or (selective and is_core_attention(step.op)):
                     out.append(kernel(step.op, "recompute", False, unit.layer, duration,
                                       False))
+                parts = len(step.op.parts) or 1
                 for bop in backward_ops(step.op):
                     if keep_weight or bop.grad != "weight":
-                        out.append(kernel(bop, "backward", step.expert, unit.layer, duration))
+                        out.append(kernel(bop, "backward", step.expert, unit.layer, duration,
+                                          linears=parts))
             case Comm():
                 if step.bwd:
                     out.append(Collective(step.name + ".bwd", step.kind, step.bwd,

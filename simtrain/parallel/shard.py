@@ -127,7 +127,8 @@ class ShardSpec(Shard):
     """Degrees that shape one rank's ops, and how CP attends (``context_volume.py``);
     ``cp_a2a``: the CP ranks of each all-to-all (cp for a2a, 1 for ring and allgather);
     ``layout``: the activations' "sbh" or "bsh" order, ``tp_overlap``: async TP on
-    (``sp_layout.py``: the copies a batch-first layout adds around SP collectives);
+    (``sp_layout.py``: the copies a batch-first layout adds around SP collectives),
+    ``tp_overlap_impl``: whose (``tensor.py``; "symm_mem" fuses no summed dgrads);
     ``torch_ring``: ring attention is PyTorch's, with its merge kernels (``ring_merge.py``)."""
 
     cp_algorithm: str = "ring"
@@ -135,6 +136,7 @@ class ShardSpec(Shard):
     fp8_gathers: bool = False  # SP all-gathers of FP8 GEMM operands move FP8 (workload.fp8)
     layout: str = "sbh"
     tp_overlap: bool = False
+    tp_overlap_impl: str = "userbuffers"
     torch_ring: bool = False  # PyTorch's ring attention (ring_merge.py)
     recompute_modules: tuple[str, ...] = ()  # Op.module names re-run before the backward
     cross_entropy: str = "unfused"  # the loss kernels (workload.cross_entropy)
@@ -165,10 +167,14 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
             case Site(kind="f"):  # Megatron's f before a column-parallel GEMM
                 nxt = items[i + 1] if i + 1 < len(items) else None
                 fwd = item.nbytes * _fp8_share(spec, "f", nxt)
+                # PyTorch's async TP fuses no backward reduce-scatter of summed dgrads
+                summed = (spec.tp_overlap_impl == "symm_mem" and isinstance(nxt, Op)
+                          and len(nxt.parts) > 1)
                 steps += _sp_site(item, spec, (
                     _comm(item.name, "tp", "all_gather", "reduce_scatter", fwd, t,
                           bwd_nbytes=item.nbytes)
-                    if sp else _comm(item.name, "tp", None, "all_reduce", item.nbytes, t)))
+                    if sp else _comm(item.name, "tp", None, "all_reduce", item.nbytes, t)),
+                    fused_bwd=not summed)
             case Site(kind="g"):  # Megatron's g after a row-parallel GEMM
                 bwd = item.nbytes * _fp8_share(spec, "g", items[i - 1] if i else None)
                 steps += _sp_site(item, spec, (
@@ -186,15 +192,17 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
     return Unit(program.name, tuple(steps), layer=program.layer)
 
 
-def _sp_site(item: Site, spec: ShardSpec, comm: list[Step]) -> list[Step]:
+def _sp_site(item: Site, spec: ShardSpec, comm: list[Step], fused_bwd: bool = True
+             ) -> list[Step]:
     """``comm`` (the f or g collective of ``item``) with the copies a batch-first layout
-    adds around SP collectives (``sp_layout.layout_copies``); as is otherwise."""
+    adds around SP collectives (``sp_layout.layout_copies``; ``fused_bwd``: async TP
+    pipelines the backward collective too); as is otherwise."""
     if not (comm and spec.sp and spec.layout == "bsh") or item.kind not in ("f", "g"):
         return comm
     (coll,) = comm  # the copies reorder the bytes each direction's collective moves
     assert isinstance(coll, Comm)
     before, after = layout_copies(item.name, item.kind, coll.nbytes, spec.tp,
-                                  spec.tp_overlap, coll.backward_nbytes)
+                                  spec.tp_overlap, coll.backward_nbytes, fused_bwd)
     return [*(Compute(op) for op in before), *comm, *(Compute(op) for op in after)]
 
 

@@ -47,7 +47,7 @@ def async_copy_bytes(nbytes: float, tp: int) -> tuple[float, float]:
 
 
 def layout_copies(name: str, site: Literal["f", "g"], nbytes: float, tp: int,
-                  overlap: bool, bwd_nbytes: float | None = None
+                  overlap: bool, bwd_nbytes: float | None = None, fused_bwd: bool = True
                   ) -> tuple[list[Op], list[Op]]:
     """(ops before, ops after) the SP collective at ``site`` under the batch-first layout;
     ``nbytes`` / ``bwd_nbytes`` (default: the same) are what the forward / backward
@@ -58,12 +58,17 @@ def layout_copies(name: str, site: Literal["f", "g"], nbytes: float, tp: int,
     so the same op sits before the backward reduce-scatter and after the backward
     all-gather. Async TP: f copies the shard before the all-gather (backward: the sum
     after its reduce-scatter), g sums after the reduce-scatter (backward: the shard copy
-    before its all-gather).
+    before its all-gather). ``fused_bwd`` false: f's backward reduce-scatter stays a plain
+    one (PyTorch's pass fuses no sum of several linears' dgrads, ``tensor.py``), so its
+    copy is the vanilla chunk-cat, 2·n; the kernel then sits after that exposed
+    reduce-scatter instead of before it, the same serial time.
     """
     back = nbytes if bwd_nbytes is None else bwd_nbytes
     if overlap:
         if site == "f":  # forward: the all-gather's shard copy; backward: the RS's sum
             fwd, bwd = async_copy_bytes(nbytes, tp)[0], async_copy_bytes(back, tp)[1]
+            if not fused_bwd:  # backward: the plain reduce-scatter's chunk-cat
+                bwd = vanilla_copy_bytes(back)
         else:  # forward: the reduce-scatter's sum; backward: the all-gather's shard copy
             fwd, bwd = async_copy_bytes(nbytes, tp)[1], async_copy_bytes(back, tp)[0]
         op = _copy(f"{name}.sp_copy", fwd, bwd)

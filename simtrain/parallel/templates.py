@@ -39,6 +39,10 @@ class Kernel:
     reads: tuple[str, ...] = ()
     gemm: bool = False  # a GEMM kernel (TP comm overlap pipelines GEMM runs)
     kernels: int = 1  # kernels the template stands for (fused: their sum; host issue cost)
+    grad: str | None = None  # a backward kernel's part, "input" or "weight" (``Op.grad``)
+    # Separate linears (``aten.mm`` calls, ``Op.parts``) the forward GEMM stands for: its
+    # dgrad is their sum (async TP under torch.compile fuses no sum, ``tensor.py``).
+    linears: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,20 @@ GEMM run is the contiguous non-expert GEMM kernels of one layer and kind next to
 collective (e.g. backward dgrad + wgrad); TP all-reduces (no SP) are not overlapped. Each
 piece pays the collective's launch latency, so latency-bound (small) TP collectives may get
 slower, not faster. At "stage" granularity the option degrades to no overlap (``fuse.py``).
+
+``impl`` "symm_mem" is PyTorch's async TP instead (torchtitan: inductor's
+``micro_pipeline_tp_pass``, ``torch/_inductor/fx_passes/micro_pipeline_tp.py``, read in the
+torch 2.6.0 wheel, the release of the suites' runs, and unchanged in later ones; replacing
+the pattern with ``torch.distributed._symmetric_memory``'s fused ops), which fuses less:
+``fuse_all_gather_matmul`` takes only the matmuls whose left operand is the gathered tensor
+(``_find_consumer_matmuls``), so a backward all-gather pipelines the dgrad (dY·W) but not
+the wgrad (dYᵀ·X: the gathered dY is its transposed left operand), which runs after the
+fused op; ``fuse_matmul_reduce_scatter`` needs the reduce-scatter's input to be one matmul
+(``_find_producer_matmul``: ``mm`` or reshape-mm-reshape), so the backward reduce-scatter
+of an input several separate linears read (torchtitan's wq, wk, wv and w1, w3: autograd
+sums their dgrads with ``add``) stays a plain NCCL reduce-scatter after the block's GEMMs,
+in autograd's order (each linear's dgrad then wgrad); a single linear's dgrad is fused at
+the reduce-scatter's place, after the wgrad.
 """
 
 from __future__ import annotations
@@ -25,13 +39,14 @@ from simtrain.parallel.emit import Emitter
 from simtrain.parallel.templates import Collective, Kernel, Template, TPOverlap
 
 
-def overlap_tp(templates: list[Template]) -> list[Template]:
+def overlap_tp(templates: list[Template], impl: str = "userbuffers") -> list[Template]:
     """Turn each TP all-gather and the GEMM run after it, and each TP reduce-scatter and the
     GEMM run before it, into one ``TPOverlap``.
 
     A GEMM run is the contiguous non-expert GEMM kernels of one layer and kind (forward,
     backward, recompute) next to the collective. A collective without such a run, and TP
-    all-reduces, are left as they are.
+    all-reduces, are left as they are. ``impl`` "symm_mem" pipelines only what PyTorch's
+    pass fuses (module docstring: ``symm_mem_gather``, ``symm_mem_scatter``).
     """
 
     def joins(t: Template, ref: Template) -> bool:
@@ -47,7 +62,9 @@ def overlap_tp(templates: list[Template]) -> list[Template]:
             while j < len(templates) and joins(templates[j], templates[i + 1]):
                 j += 1
             if j > i + 1:
-                out.append(_overlapped(t, templates[i + 1:j]))
+                fused, rest = (symm_mem_gather(templates[i + 1:j]) if impl == "symm_mem"
+                               else (templates[i + 1:j], []))
+                out += [_overlapped(t, fused), *rest] if fused else [t, *rest]
                 i = j
                 continue
         elif (isinstance(t, Collective) and t.group == "tp" and t.op == "reduce_scatter"
@@ -58,12 +75,37 @@ def overlap_tp(templates: list[Template]) -> list[Template]:
             if k < len(out):
                 run = out[k:]
                 del out[k:]
-                out.append(_overlapped(t, run))
+                before, fused = (symm_mem_scatter(run) if impl == "symm_mem"
+                                 else ([], run))
+                out += [*before, _overlapped(t, fused)] if fused else [*before, t]
                 i += 1
                 continue
         out.append(t)
         i += 1
     return out
+
+
+def symm_mem_gather(run: list[Template]) -> tuple[list[Template], list[Template]]:
+    """(fused, after) of the GEMM ``run`` after a TP all-gather under PyTorch's async TP:
+    the matmuls with the gathered tensor as left operand (every forward one; a backward
+    run's input-gradient GEMMs), and the rest (the wgrads), which follow the fused op."""
+    fused: list[Template] = [k for k in run if isinstance(k, Kernel)
+                             and (k.kind != "backward" or k.grad == "input")]
+    ids = {id(k) for k in fused}
+    return fused, [k for k in run if id(k) not in ids]
+
+
+def symm_mem_scatter(run: list[Template]) -> tuple[list[Template], list[Template]]:
+    """(before, fused) of the GEMM ``run`` before a TP reduce-scatter under PyTorch's async
+    TP: the reduce-scatter's producer (the last input-gradient GEMM of a backward run, the
+    last GEMM otherwise) is fused when it is one linear's, and the rest runs before it;
+    when it sums several linears' dgrads nothing is fused (``fused`` empty)."""
+    producers = [k for k in run if isinstance(k, Kernel)
+                 and (k.kind != "backward" or k.grad == "input")]
+    if not producers or producers[-1].linears > 1:
+        return run, []
+    last = producers[-1]
+    return [k for k in run if k is not last], [last]
 
 
 def _overlapped(comm: Collective, run: list[Template]) -> TPOverlap:

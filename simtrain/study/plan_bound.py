@@ -292,8 +292,8 @@ def plan_bound(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, micro_
 
 def optimizer_seconds(scenario: Any, cluster: Any) -> Optimizer:
     """Seconds of a rank's optimizer step from its parameter counts and shard
-    (``simulate.optimizer_timer``), each distinct (counts, shard) costed once."""
-    from simtrain.simulate import optimizer_timer
+    (``op_timing.optimizer_timer``), each distinct (counts, shard) costed once."""
+    from simtrain.op_timing import optimizer_timer
 
     step = optimizer_timer(scenario, cluster)
     seen: dict[tuple[tuple[int, ...], int], float] = {}
@@ -343,7 +343,7 @@ def stage_tails(costs: ChainCosts, scenario: Any, cluster: Any, dims: Any, links
       ZeRO-3 reduces inside the step and is not counted; it may start under the last
       backward's trailing collectives (``overlap``);
     - then the optimizer step's kernels at the lowering's own cost
-      (``simulate.optimizer_timer``), and under ZeRO 1/2 without ``overlap_param_gather``
+      (``op_timing.optimizer_timer``), and under ZeRO 1/2 without ``overlap_param_gather``
       the all-gather of the updated parameters, at its physical minimum.
 
     ``optimizer`` (default: ``optimizer_seconds``) may be shared by the calls of one

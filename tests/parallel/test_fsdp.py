@@ -110,6 +110,28 @@ def test_no_reshard_skips_gathers_of_units_still_gathered_in_a_pipeline():
     assert gathers({"reshard_after_forward": False}) == [0, 2, 3, 4, 5, 6, 7, 7]
 
 
+def test_gradient_sync_on_the_last_microbatch_only_gathers_and_reduces_once():
+    # torch pipelining with FSDP2 (reshard off, gradient sync off until the last
+    # backward): 1F1B, 2 stages, 8 microbatches: one all-gather (F0) and one
+    # reduce-scatter (after B7) of layers.0, against 8 reduce-scatters per microbatch;
+    # the copy-in runs once too (per rank).
+    def tasks(fsdp, name):
+        g = _graph(_scenario({"copies": True, **fsdp}, batch=64, pp=2))
+        return [t.meta["microbatch"] for t in _named(g, name)]
+    pipe = {"reshard_after_forward": False, "sync_each_microbatch": False}
+    assert tasks(pipe, "fsdp ag layers.0") == [0]
+    assert tasks(pipe, "fsdp rs layers.0") == [7]
+    assert tasks({}, "fsdp rs layers.0") == list(range(8))
+    assert set(tasks(pipe, "layers.0.fsdp_copy_in")) == {7}  # on each rank
+    # post_backward runs after the stage's whole last backward: stage 0's first-reduced
+    # unit (layers.1) starts its reduce-scatter after rank 0's last backward kernel.
+    tl = simulate(_scenario({"copies": True, **pipe}, batch=64, pp=2)).timeline
+    mine = [sp for sp in tl.spans if sp.rank == 0]
+    last_bwd = max(sp.end for sp in mine if sp.kind == "backward"
+                   and "fsdp_copy_in" not in sp.name)
+    assert min(sp.start for sp in mine if sp.name == "fsdp rs layers.1") >= last_bwd
+
+
 @pytest.mark.parametrize("prefetch,prev", [(0, "layers.1."), (1, "layers.0."),
                                            (2, "embedding")])
 def test_prefetch_issues_the_all_gather_that_many_units_ahead(prefetch, prev):

@@ -13,6 +13,8 @@ from simtrain.parallel.lower import Lowering, LowerOptions
 from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.schedule import Step
 from simtrain.parallel.shard import Comm, Compute, Unit
+from simtrain.parallel.templates import Collective, Kernel, TPOverlap
+from simtrain.parallel.tensor import overlap_tp
 from simtrain.simulate import build_plan
 from simtrain.workload.model import Op, Param
 
@@ -263,3 +265,43 @@ def test_host_issue_time_shows_as_host_spans_when_launch_bound() -> None:
     assert host and slow.summary["host_s"] > 0
     assert slow.summary["step_time_s"] > free.summary["step_time_s"] + slow.summary["host_s"] / 2
     assert slow.summary["launch_bound"]
+
+
+def _k(name: str, kind: str, grad: str | None = None, linears: int = 1) -> Kernel:
+    return Kernel(name, kind, 1e-3, gemm=True, layer=0, grad=grad, linears=linears)
+
+
+def test_symm_mem_fuses_only_what_inductors_pass_matches():
+    # torch/_inductor/fx_passes/micro_pipeline_tp.py: an all-gather fuses the matmuls
+    # with its output as left operand (backward: the dgrad, not the wgrad), a
+    # reduce-scatter one producing matmul (not a sum of several linears' dgrads).
+    ag = Collective("l.g.bwd", "tp_comm", "all_gather", "tp", 1e6, 0)
+    rs = Collective("l.f.bwd", "tp_comm", "reduce_scatter", "tp", 1e6, 0)
+    proj = [_k("proj.dgrad", "backward", "input"), _k("proj.wgrad", "backward", "weight")]
+    qkv = [_k("qkv.dgrad", "backward", "input", 3), _k("qkv.wgrad", "backward", "weight", 3)]
+    fc1 = [_k("fc1.dgrad", "backward", "input"), _k("fc1.wgrad", "backward", "weight")]
+    core = Kernel("core.bwd", "backward", 1e-3, layer=0, grad="input")  # not a GEMM
+    ub = overlap_tp([ag, *proj, core, *qkv, rs])
+    assert [type(t).__name__ for t in ub] == ["TPOverlap", "Kernel", "TPOverlap"]
+    assert len(ub[0].run) == len(ub[2].run) == 2  # userbuffers: the whole GEMM runs
+    sm = overlap_tp([ag, *proj, core, *qkv, rs], "symm_mem")
+    assert isinstance(sm[0], TPOverlap) and [k.name for k in sm[0].run] == ["proj.dgrad"]
+    assert [t.name for t in sm[1:]] == ["proj.wgrad", "core.bwd", "qkv.dgrad", "qkv.wgrad",
+                                        "l.f.bwd"]
+    assert isinstance(sm[-1], Collective)  # plain RS after the summed dgrads
+    one = overlap_tp([*fc1, rs], "symm_mem")  # one linear: its dgrad fused, after the wgrad
+    assert one[0].name == "fc1.wgrad" and [k.name for k in one[1].run] == ["fc1.dgrad"]
+    fwd = [Collective("l.f", "tp_comm", "all_gather", "tp", 1e6, 0),
+           _k("qkv", "forward", linears=3)]
+    assert isinstance(overlap_tp(fwd, "symm_mem")[0], TPOverlap)  # forward: all fused
+
+
+def test_symm_mem_async_tp_hides_less_than_userbuffers():
+    # The same batch-first Llama: PyTorch's pass leaves the summed dgrads' reduce-scatters
+    # plain and the wgrads outside the backward all-gathers' pipelines, so less is hidden.
+    model = {"preset": "llama3-8b", "layout": "bsh", "num_layers": 2}
+    par = {"tp": 4, "sp": True, "tp_comm_overlap": True}
+    none, ub, sm = (simulate(_scenario(p, {"seq_len": 2048}, model=model)
+                             ).summary["step_time_s"] for p in (
+        {**par, "tp_comm_overlap": False}, par, {**par, "tp_comm_overlap_impl": "symm_mem"}))
+    assert ub < sm < none

@@ -40,6 +40,30 @@ def test_async_copies_keep_the_gemm_pipeline_next_to_the_collective():
     assert backward_ops(after[0])[0].bytes == 201_326_592
 
 
+def test_unfused_backward_reduce_scatter_copies_like_vanilla():
+    # PyTorch's async TP leaves f's backward RS plain when several linears' dgrads are
+    # summed: its copy is the chunk-cat 2·N = 1,610,612,736 B, not the sum 905,969,664;
+    # the forward shard copy stays 2·N/8 = 201,326,592.
+    before, after = layout_copies("x", "f", N, 8, overlap=True, fused_bwd=False)
+    assert not after and before[0].bytes == 201_326_592
+    assert backward_ops(before[0])[0].bytes == 1_610_612_736
+
+
+def test_symm_mem_f_sites_of_separate_linears_copy_like_vanilla_in_backward():
+    # QKV (3 linears) and SwiGLU's w1/w3 (2) both sum dgrads: both f sites' backward
+    # copies are vanilla's 2·n under symm_mem, the sums n·(1 + 1/tp) under userbuffers.
+    spec = dict(tp=2, sp=True, tp_overlap=True, layout="bsh")
+    ub = block_unit(CFG, 0, 2, 64, 2, ShardSpec(**spec))
+    sm = block_unit(CFG, 0, 2, 64, 2, ShardSpec(**spec, tp_overlap_impl="symm_mem"))
+
+    def f_copies(unit):
+        return [backward_ops(s.op)[0].bytes for s in unit.steps
+                if isinstance(s, Compute) and s.op.name.endswith(("attn.f.sp_copy",
+                                                                    "mlp.f.sp_copy"))]
+    n = 2 * 64 * 256 * 2  # b·s·h·2 B gathered
+    assert f_copies(ub) == [n * 1.5, n * 1.5] and f_copies(sm) == [2 * n, 2 * n]
+
+
 CFG = ModelConfig(name="t", family="llama", num_layers=1, hidden_size=256, num_heads=4,
                   num_kv_heads=2, ffn_hidden_size=512, vocab_size=1000, max_seq_len=64,
                   activation="swiglu")

@@ -59,7 +59,7 @@ def test_an_unknown_template_is_an_internal_error_not_a_default():
     unit = Unit("u", (Compute(Op("k", "elementwise", 0.0, 1.0, None, (), 0.0)),), layer=0)
     steps = [[Step(0, 0, "F"), Step(0, 0, "B")]]
     low = Lowering(TaskGraph(1), [[[unit]]], steps, _options(), lambda op: 1.0)
-    low._templates[(0, 0, "F")] = [Stranger()]  # type: ignore[list-item]
+    low._templates[(0, 0, "F", True)] = [Stranger()]  # type: ignore[list-item]
     with pytest.raises(AssertionError, match="no strategy lowers"):
         low.emit_step(Step(0, 0, "F"), None)
     with pytest.raises(AssertionError, match="no strategy lowers"):
