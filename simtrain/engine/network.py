@@ -16,6 +16,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
 
 import simpy
@@ -65,12 +66,6 @@ class _Flow:
     updated: float = 0.0
     finish: float = float("inf")
     stamp: int = 0  # bumped whenever ``finish`` changes; heap entries carry it
-
-    def settle(self, now: float) -> None:
-        """Charge the bytes moved at the current rate since the last update."""
-        if now > self.updated:
-            self.remaining -= self.rate * (now - self.updated)
-            self.updated = now
 
 
 @dataclass(eq=False, slots=True)
@@ -250,19 +245,25 @@ class FlowNetwork:
 
     def _register(self, p: _Pending, first: int = 0) -> list[_Flow]:
         """Make ``p``'s flows from ``first`` on active flows (unrated)."""
-        now = self.env.now
-        flows = []
-        for k in range(first, len(p.routes)):
-            flow = _Flow(p.first + k, p.routes[k], p.nbytes[k], p.batch, p.index[k], p.cap,
-                         None if p.weights is None else p.weights[k], updated=now)
-            self._add(flow)
-            flows.append(flow)
+        now, batch, cap, weights = self.env.now, p.batch, p.cap, p.weights
+        routes, nbytes, index = p.routes, p.nbytes, p.index
+        flows = [_Flow(p.first + k, routes[k], nbytes[k], batch, index[k], cap,
+                       None if weights is None else weights[k], updated=now)
+                 for k in range(first, len(routes))]
+        self._add(flows)
         return flows
 
-    def _add(self, flow: _Flow) -> None:
-        self._flows[flow.id] = flow
-        for link in flow.route:
-            self._users.setdefault(link, {})[flow.id] = flow
+    def _add(self, flows: list[_Flow]) -> None:
+        by_id, users = self._flows, self._users
+        for flow in flows:
+            fid = flow.id
+            by_id[fid] = flow
+            for link in flow.route:
+                on = users.get(link)
+                if on is None:
+                    users[link] = {fid: flow}
+                else:
+                    on[fid] = flow
 
     def _run_alone(self, p: _Pending, links: frozenset[int]) -> None:
         """Run ``p`` as one unit: its whole evolution is known until a flow joins a link."""
@@ -311,45 +312,54 @@ class FlowNetwork:
             flow = _Flow(p.first + k, p.routes[k], left, batch, p.index[k], p.cap,
                          None if p.weights is None else p.weights[k], rate=rate, updated=now,
                          finish=now + max(left, 0.0) / rate, stamp=1)  # past the batch's entry
-            self._add(flow)
             heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
             flows.append(flow)
+        self._add(flows)
         if batch.pending == 0:
             batch.done.succeed(batch.finish)
         return flows
 
     def _component(self, routes: Iterable[tuple[int, ...]]) -> list[_Flow]:
         """Active flows connected to ``routes`` through shared links, in creation order."""
-        seen_links: set[int] = set()
+        # Breadth first, a whole frontier of links at a time: the dict and set operations
+        # run in C, Python touches each flow once (components reach thousands of flows).
+        users = self._users
         found: dict[int, _Flow] = {}
-        stack = [link for route in routes for link in route]
-        while stack:
-            link = stack.pop()
-            if link in seen_links:
-                continue
-            seen_links.add(link)
-            for fid, flow in self._users.get(link, {}).items():
-                if fid not in found:
-                    found[fid] = flow
-                    stack.extend(flow.route)
+        seen: set[int] = set()
+        frontier = set(chain.from_iterable(routes))
+        while frontier:
+            seen |= frontier
+            reached: dict[int, _Flow] = {}
+            for link in frontier:
+                on = users.get(link)
+                if on is not None:
+                    reached.update(on)
+            new = reached.keys() - found.keys()
+            found.update(reached)
+            frontier = set(chain.from_iterable(reached[fid].route for fid in new))
+            frontier -= seen
         return [found[fid] for fid in sorted(found)]
 
     def _recompute(self, flows: list[_Flow]) -> None:
         """New max-min rates for a connected set of flows (no other flow shares its links)."""
         if not flows:
             return
-        now = self.env.now
+        now, heap, push, inf = self.env.now, self._heap, heapq.heappush, math.inf
         rates = self._rates_for(tuple(f.route for f in flows), tuple(f.cap for f in flows),
                                 tuple(f.weights for f in flows))
         for flow, rate in zip(flows, rates, strict=True):
-            flow.settle(now)
+            if rate == flow.rate and rate > 0.0:  # its finish and heap entry stand
+                continue
+            if now > flow.updated:  # settle the bytes moved at the old rate
+                flow.remaining -= flow.rate * (now - flow.updated)
+                flow.updated = now
             flow.rate = rate
-            flow.finish = now + max(flow.remaining, 0.0) / rate
-            if not math.isfinite(flow.finish):
+            finish = flow.finish = now + max(flow.remaining, 0.0) / rate
+            if not -inf < finish < inf:
                 raise ValueError(f"a flow of {flow.remaining:.6g} bytes at {rate:.6g} B/s would "
-                                 f"end at t={flow.finish}: sizes or bandwidths out of range")
+                                 f"end at t={finish}: sizes or bandwidths out of range")
             flow.stamp += 1
-            heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
+            push(heap, (finish, flow.id, flow.stamp))
 
     def _rates_for(self, routes: tuple[tuple[int, ...], ...],
                    caps: tuple[float, ...] | None,
