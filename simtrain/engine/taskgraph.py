@@ -296,8 +296,8 @@ class TaskGraph:
             raise TaskGraphError(f"task {name!r} has an empty group")
         matrix = None
         known_splits = self._checked_splits.get(id(splits)) if splits is not None else None
-        if op == "all_to_all_v" and known_splits is not None and known_splits[0] is splits \
-                and len(splits) == len(group):
+        if op == "all_to_all_v" and splits is not None and known_splits is not None \
+                and known_splits[0] is splits and len(splits) == len(group):
             _, matrix, nbytes = known_splits
         elif op == "all_to_all_v":
             if splits is None or len(splits) != len(group) or any(
