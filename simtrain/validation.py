@@ -35,6 +35,7 @@ from typing import Any
 
 from simtrain.errors import ScenarioError
 from simtrain.scenario import Scenario, load_scenario
+from simtrain.validation_cost import row_cost  # noqa: F401  (re-exported)
 from simtrain.validation_flops import (  # noqa: F401  (re-exported for callers and tests)
     FORMULAS,
     formula_flops,
@@ -216,30 +217,6 @@ class RowJob:
     steady: bool = True  # long steps by steady-state extrapolation (simtrain.steady_state)
 
 
-def row_cost(scenario: Scenario, steady: bool = False) -> float:
-    """Rough relative simulation cost of a row, to start the slowest rows first.
-
-    The engine's work grows with the tasks a step emits and the flows of its collectives:
-    microbatches x layers x the ranks simulated per stage (cp under symmetric fidelity),
-    times the collectives per layer (one for TP, cp ring steps for CP, ep^2 / 16 for the
-    EP all-to-alls' flows), plus the ZeRO-3 gathers over dp x cp ranks per layer and
-    microbatch. Ranked against the measured row times it orders them with a Spearman
-    correlation of 0.87 (0.43 for microbatches x stages). ``steady``: only the share of the
-    microbatches a steady-state run simulates (``simtrain.steady_state``)."""
-    from simtrain.hardware.topology import build_cluster
-    from simtrain.simulate import micro_batches
-    from simtrain.steady_state import simulated_share
-
-    cluster = build_cluster(scenario.cluster)
-    d = scenario.parallelism.dims(cluster.num_gpus)
-    m = micro_batches(scenario, cluster)
-    per_layer = 1 + (d.tp > 1) + (d.cp > 1) * d.cp + (d.ep > 1) * d.ep * d.ep / 16
-    cost = m * scenario.model.num_layers * d.cp * per_layer
-    if d.zero == 3:
-        cost += m * scenario.model.num_layers * d.dp * d.cp / 4
-    return float(cost) * (simulated_share(scenario, cluster) if steady else 1.0)
-
-
 def _skipped_rows(job: RowJob, reason: str) -> list[Row]:
     return [Row(job.suite, str(entry["id"]), metric, float(value), None, None,
                 skipped=reason, extra={"needs": list(entry.get("needs") or [])})
@@ -329,8 +306,10 @@ def _with_twins(work: list[tuple[tuple[str, int], RowJob]]
 
 
 def suite_jobs(suite: str, directory: Path | None = None,
-               granularity: str | None = None, steady: bool = True) -> list[RowJob]:
-    """A job per row of a scenario suite; unexpressible rows carry their reason.
+               granularity: str | None = None, steady: bool = True,
+               only: Sequence[str] | None = None) -> list[RowJob]:
+    """A job per row of a scenario suite that ``only`` selects; unexpressible rows carry
+    their reason.
 
     ``granularity`` overrides every row's ``sim.granularity`` (op, layer, stage);
     ``steady``: extrapolate long steps from short runs (``simtrain.steady_state``)."""
@@ -338,6 +317,8 @@ def suite_jobs(suite: str, directory: Path | None = None,
     flops_kind = str(data.get("flops") or "")
     jobs = []
     for entry, body in row_bodies(suite, directory):
+        if not row_selected(str(entry["id"]), only):
+            continue
         if granularity is not None:
             body["sim"] = {**(body.get("sim") or {}), "granularity": granularity}
         scenario, reason = expressible(suite, entry, body, directory)
@@ -403,8 +384,7 @@ def run_suites(suites: Iterable[str], directory: Path | None = None, *, jobs: in
                     progress(name, row.id)
             continue
         work += [((name, k), job) for k, job in
-                 enumerate(suite_jobs(name, directory, granularity, steady))
-                 if row_selected(str(job.entry["id"]), only)]
+                 enumerate(suite_jobs(name, directory, granularity, steady, only))]
     todo = sorted(_with_twins(work), key=lambda item: -item[1].cost)
 
     def done(keys: list[tuple[str, int]], job: RowJob, rows: list[Row]) -> None:

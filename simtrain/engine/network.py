@@ -5,7 +5,8 @@ link share its bandwidth max-min fairly (progressive filling); rates are recompu
 when a flow starts or ends, and the network sleeps until the next completion. This is what
 makes contention real: flows that share a link slow each other, flows on disjoint links
 do not. A batch of flows started together on links no other flow uses runs as one unit
-(``simtrain.engine.isolated``) until a later flow joins one of its links. The sharing
+(``simtrain.engine.isolated``, ``simtrain.engine.units``) until a later flow joins one of
+its links; a batch starting on links only small units use joins them into one unit. The sharing
 itself (``max_min_rates``) lives in ``simtrain.engine.sharing``, the endpoints and the
 fabric interface in ``simtrain.engine.fabric``; both are re-exported here.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
 
 import simpy
@@ -30,61 +31,18 @@ from simtrain.engine.fabric import (  # noqa: F401  (re-exported: one import for
     relocate,
     switch_bytes,
 )
-from simtrain.engine.isolated import ABS_EPS, REL_EPS, Ends, Trajectory, trajectory
+from simtrain.engine.isolated import ABS_EPS, REL_EPS, Trajectory
 from simtrain.engine.sharing import (  # noqa: F401
     check_transfers,
     couple,
     isolated_time,
     max_min_rates,
 )
+from simtrain.engine.units import AloneUnits, Batch, Flow, Member, Pending, Unit
 
 # Connected flow sets whose max-min rates are remembered, and weight tuples remembered as
 # checked (each memo is emptied when full).
 _RATES_MEMO = 4096
-
-
-@dataclass(eq=False, slots=True)
-class _Batch:
-    """Flows started together; ``done`` fires with their finish times when the last ends."""
-
-    done: simpy.Event
-    finish: list[float]
-    pending: int
-
-
-@dataclass(eq=False, slots=True)
-class _Flow:
-    id: int
-    route: tuple[int, ...]
-    remaining: float  # bytes left at time ``updated``
-    batch: _Batch
-    index: int
-    cap: float = float("inf")
-    weights: tuple[float, ...] | None = None
-    rate: float = 0.0
-    updated: float = 0.0
-    finish: float = float("inf")
-    stamp: int = 0  # bumped whenever ``finish`` changes; heap entries carry it
-
-    def settle(self, now: float) -> None:
-        """Charge the bytes moved at the current rate since the last update."""
-        if now > self.updated:
-            self.remaining -= self.rate * (now - self.updated)
-            self.updated = now
-
-
-@dataclass(eq=False, slots=True)
-class _Pending:
-    """A batch's flows (sizes > 0, routes not empty) started this instant, not yet rated;
-    their flow ids are ``first``, ``first + 1``, ... (reserved at the start)."""
-
-    batch: _Batch
-    index: list[int]  # each flow's position in the batch's finish list
-    routes: tuple[tuple[int, ...], ...]
-    nbytes: tuple[float, ...]
-    cap: float
-    weights: tuple[tuple[float, ...] | None, ...] | None
-    first: int
 
 
 class _Split(NamedTuple):
@@ -98,19 +56,7 @@ class _Split(NamedTuple):
     kept: tuple[tuple[float, ...] | None, ...] | None
 
 
-@dataclass(eq=False, slots=True)
-class _Isolated:
-    """A batch running alone on its links as one unit (``simtrain.engine.isolated``)."""
-
-    id: int  # its first flow's id (the heap orders it as that flow)
-    flows: _Pending
-    links: frozenset[int]
-    start: float
-    path: Trajectory
-    stamp: int = 0
-
-
-class FlowNetwork:
+class FlowNetwork(AloneUnits):
     """Executes byte transfers as flows sharing link bandwidth inside a SimPy environment.
 
     Rates are recomputed only for the flows connected (through shared links) to a flow
@@ -126,15 +72,15 @@ class FlowNetwork:
         # Usable bytes/s per link: line rate unless the caller derates it (protocol overhead).
         self.capacity = list(capacity) if capacity is not None else [ln.bandwidth for ln in links]
         check_transfers((), self.capacity)
-        self._flows: dict[int, _Flow | _Isolated] = {}
-        self._users: dict[int, dict[int, _Flow]] = {}  # link -> active flows on it, by id
+        self._flows: dict[int, Flow | Member] = {}
+        self._users: dict[int, dict[int, Flow]] = {}  # link -> active flows on it, by id
         self._heap: list[tuple[float, int, int]] = []  # (finish, flow id, stamp)
         self._next_id = 0
         self._version = 0
-        self._fresh: list[_Pending] = []  # started this instant, not yet rated
+        self._fresh: list[Pending] = []  # started this instant, not yet rated
         # Batches running alone on their links (simtrain.engine.isolated): link -> batch,
         # and their evolutions by (routes, sizes, cap, weights).
-        self._alone: dict[int, _Isolated] = {}
+        self._alone: dict[int, Unit] = {}
         self._paths: dict[tuple[object, ...], Trajectory] = {}
         self._mine: dict[tuple[object, ...], tuple[tuple[object, ...], Trajectory]] = {}
         self._links: dict[int, tuple[tuple[tuple[int, ...], ...], frozenset[int]]] = {}
@@ -169,12 +115,12 @@ class FlowNetwork:
             check_transfers((), None, [cap])
         _, _, index, routes, nbytes, kept = split
         now = self.env.now
-        batch = _Batch(self.env.event(), [now] * len(transfers), 0)
+        batch = Batch(self.env.event(), [now] * len(transfers), 0)
         if not index:
             batch.done.succeed(batch.finish)
             return batch.done
         batch.pending = len(index)
-        self._fresh.append(_Pending(batch, index, routes, nbytes, cap, kept, self._next_id))
+        self._fresh.append(Pending(batch, index, routes, nbytes, cap, kept, self._next_id))
         self._next_id += len(index)
         # Flows that start at this instant are rated together: the first start schedules
         # one recomputation after the events already due now, and the starts that follow
@@ -222,7 +168,7 @@ class FlowNetwork:
                 shared |= seen & crossed
                 seen |= crossed
         users, alone = self._users, self._alone
-        live: list[_Flow] = []
+        live: list[Flow] = []
         for pending, crossed in zip(fresh, links, strict=True):
             # (set operations: C loops over the smaller side)
             if alone.keys().isdisjoint(crossed) and users.keys().isdisjoint(crossed) and \
@@ -230,8 +176,12 @@ class FlowNetwork:
                 self._run_alone(pending, crossed)
                 continue
             joined = {id(a): a for a in (alone.get(link) for link in crossed) if a is not None}
-            for isolated in joined.values():
-                live += self._expand(isolated)
+            if users.keys().isdisjoint(crossed) and shared.isdisjoint(crossed) and \
+                    self._joinable(joined.values()):
+                self._join(pending, crossed, list(joined.values()))  # units only: one unit
+                continue
+            for unit in joined.values():
+                live += self._expand(unit)
             live += self._register(pending)
         if live:
             self._recompute(self._component(flow.route for flow in live))
@@ -248,108 +198,69 @@ class FlowNetwork:
         self._links[id(routes)] = (routes, links)
         return links
 
-    def _register(self, p: _Pending, first: int = 0) -> list[_Flow]:
+    def _register(self, p: Pending, first: int = 0) -> list[Flow]:
         """Make ``p``'s flows from ``first`` on active flows (unrated)."""
-        now = self.env.now
-        flows = []
-        for k in range(first, len(p.routes)):
-            flow = _Flow(p.first + k, p.routes[k], p.nbytes[k], p.batch, p.index[k], p.cap,
-                         None if p.weights is None else p.weights[k], updated=now)
-            self._add(flow)
-            flows.append(flow)
+        now, batch, cap, weights = self.env.now, p.batch, p.cap, p.weights
+        routes, nbytes, index = p.routes, p.nbytes, p.index
+        flows = [Flow(p.first + k, routes[k], nbytes[k], batch, index[k], cap,
+                       None if weights is None else weights[k], updated=now)
+                 for k in range(first, len(routes))]
+        self._add(flows)
         return flows
 
-    def _add(self, flow: _Flow) -> None:
-        self._flows[flow.id] = flow
-        for link in flow.route:
-            self._users.setdefault(link, {})[flow.id] = flow
+    def _add(self, flows: list[Flow]) -> None:
+        by_id, users = self._flows, self._users
+        for flow in flows:
+            fid = flow.id
+            by_id[fid] = flow
+            for link in flow.route:
+                on = users.get(link)
+                if on is None:
+                    users[link] = {fid: flow}
+                else:
+                    on[fid] = flow
 
-    def _run_alone(self, p: _Pending, links: frozenset[int]) -> None:
-        """Run ``p`` as one unit: its whole evolution is known until a flow joins a link."""
-        # By identity first (the engine hands the same tuples for a phase), then by value.
-        mine = self._mine.get((id(p.routes), id(p.nbytes), p.cap, id(p.weights)))
-        key = (p.routes, p.nbytes, p.cap, p.weights)
-        path = mine[1] if mine is not None and mine[0] == key else self._paths.get(key)
-        if path is None:
-            if len(self._paths) >= _RATES_MEMO:
-                self._paths.clear()
-
-            def rates_of(active: tuple[int, ...]) -> list[float]:
-                return self._rates_for(tuple(p.routes[i] for i in active),
-                                       tuple(p.cap for _ in active),
-                                       None if p.weights is None else tuple(
-                                           p.weights[i] for i in active))
-
-            path = self._paths[key] = trajectory(p.nbytes, rates_of)
-        if mine is None:
-            if len(self._mine) >= _RATES_MEMO:
-                self._mine.clear()
-            self._mine[(id(p.routes), id(p.nbytes), p.cap, id(p.weights))] = (key, path)
-        isolated = _Isolated(p.first, p, links, self.env.now, path)
-        self._flows[isolated.id] = isolated
-        for link in links:
-            self._alone[link] = isolated
-        heapq.heappush(self._heap, (isolated.start + path.last, isolated.id, 0))
-
-    def _drop_alone(self, isolated: _Isolated) -> None:
-        del self._flows[isolated.id]
-        for link in isolated.links:
-            del self._alone[link]
-
-    def _expand(self, isolated: _Isolated) -> list[_Flow]:
-        """A flow joins ``isolated``'s links: its flows still running become active flows
-        again, with the bytes they have left now; the ended ones are reported ended."""
-        now = self.env.now
-        self._drop_alone(isolated)
-        p, batch = isolated.flows, isolated.flows.batch
-        done, running = isolated.path.state_at(now - isolated.start)
-        for k in done:
-            batch.finish[p.index[k]] = isolated.start + isolated.path.ends[k]
-        batch.pending -= len(done)
-        flows = []
-        for k, left, rate in running:
-            flow = _Flow(p.first + k, p.routes[k], left, batch, p.index[k], p.cap,
-                         None if p.weights is None else p.weights[k], rate=rate, updated=now,
-                         finish=now + max(left, 0.0) / rate, stamp=1)  # past the batch's entry
-            self._add(flow)
-            heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
-            flows.append(flow)
-        if batch.pending == 0:
-            batch.done.succeed(batch.finish)
-        return flows
-
-    def _component(self, routes: Iterable[tuple[int, ...]]) -> list[_Flow]:
+    def _component(self, routes: Iterable[tuple[int, ...]]) -> list[Flow]:
         """Active flows connected to ``routes`` through shared links, in creation order."""
-        seen_links: set[int] = set()
-        found: dict[int, _Flow] = {}
-        stack = [link for route in routes for link in route]
-        while stack:
-            link = stack.pop()
-            if link in seen_links:
-                continue
-            seen_links.add(link)
-            for fid, flow in self._users.get(link, {}).items():
-                if fid not in found:
-                    found[fid] = flow
-                    stack.extend(flow.route)
+        # Breadth first, a whole frontier of links at a time: the dict and set operations
+        # run in C, Python touches each flow once (components reach thousands of flows).
+        users = self._users
+        found: dict[int, Flow] = {}
+        seen: set[int] = set()
+        frontier = set(chain.from_iterable(routes))
+        while frontier:
+            seen |= frontier
+            reached: dict[int, Flow] = {}
+            for link in frontier:
+                on = users.get(link)
+                if on is not None:
+                    reached.update(on)
+            new = reached.keys() - found.keys()
+            found.update(reached)
+            frontier = set(chain.from_iterable(reached[fid].route for fid in new))
+            frontier -= seen
         return [found[fid] for fid in sorted(found)]
 
-    def _recompute(self, flows: list[_Flow]) -> None:
+    def _recompute(self, flows: list[Flow]) -> None:
         """New max-min rates for a connected set of flows (no other flow shares its links)."""
         if not flows:
             return
-        now = self.env.now
+        now, heap, push, inf = self.env.now, self._heap, heapq.heappush, math.inf
         rates = self._rates_for(tuple(f.route for f in flows), tuple(f.cap for f in flows),
                                 tuple(f.weights for f in flows))
         for flow, rate in zip(flows, rates, strict=True):
-            flow.settle(now)
+            if rate == flow.rate and rate > 0.0:  # its finish and heap entry stand
+                continue
+            if now > flow.updated:  # settle the bytes moved at the old rate
+                flow.remaining -= flow.rate * (now - flow.updated)
+                flow.updated = now
             flow.rate = rate
-            flow.finish = now + max(flow.remaining, 0.0) / rate
-            if not math.isfinite(flow.finish):
+            finish = flow.finish = now + max(flow.remaining, 0.0) / rate
+            if not -inf < finish < inf:
                 raise ValueError(f"a flow of {flow.remaining:.6g} bytes at {rate:.6g} B/s would "
-                                 f"end at t={flow.finish}: sizes or bandwidths out of range")
+                                 f"end at t={finish}: sizes or bandwidths out of range")
             flow.stamp += 1
-            heapq.heappush(self._heap, (flow.finish, flow.id, flow.stamp))
+            push(heap, (finish, flow.id, flow.stamp))
 
     def _rates_for(self, routes: tuple[tuple[int, ...], ...],
                    caps: tuple[float, ...] | None,
@@ -398,13 +309,13 @@ class FlowNetwork:
         # ``now`` a hair before ``due``: every wake ends at least one flow, so the loop
         # terminates for any finite sizes and rates.
         horizon = max(now + abs(now) * REL_EPS + ABS_EPS, due)
-        finished: list[_Flow | _Isolated] = []
+        finished: list[Flow | Member] = []
         while (top := self._top()) is not None and top[0] <= horizon:
             heapq.heappop(self._heap)
             flow = self._flows[top[1]]
             finished.append(flow)
-            if isinstance(flow, _Isolated):
-                self._drop_alone(flow)
+            if isinstance(flow, Member):
+                self._member_ended(flow)
                 continue
             del self._flows[top[1]]
             for link in flow.route:
@@ -413,23 +324,15 @@ class FlowNetwork:
                 if not users:
                     del self._users[link]
         for flow in finished:
-            if isinstance(flow, _Isolated):  # alone on its links: nobody to re-rate
-                p, batch = flow.flows, flow.flows.batch
-                ends = Ends(flow.start, flow.path, now)
-                batch.pending = 0
-                if len(p.index) == len(batch.finish):  # every flow moved bytes
-                    batch.done.succeed(ends)
-                    continue
-                for k, end in zip(p.index, ends, strict=True):
-                    batch.finish[k] = end
-                batch.done.succeed(batch.finish)
+            if isinstance(flow, Member):  # alone on its links: nobody to re-rate
+                self._end_member(flow, now)
                 continue
             batch = flow.batch
             batch.finish[flow.index] = now
             batch.pending -= 1
             if batch.pending == 0:
                 batch.done.succeed(batch.finish)
-        ended = [flow.route for flow in finished if isinstance(flow, _Flow)]
+        ended = [flow.route for flow in finished if isinstance(flow, Flow)]
         if ended:
             self._recompute(self._component(ended))
         self._schedule_wake()

@@ -76,6 +76,10 @@ class TaskGraph:
         # executor's per-copies link-weight cache hits across them).
         self._checked_copies: dict[int, tuple[Sequence[Sequence[int]],
                                               tuple[tuple[int, ...], ...]]] = {}
+        # Validated all-to-all-v matrices by the identity of the caller's splits (the
+        # lowering hands one object per layer template for every microbatch), kept alive.
+        self._checked_splits: dict[int, tuple[object, tuple[tuple[float, ...], ...],
+                                              float]] = {}
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -291,7 +295,11 @@ class TaskGraph:
         if not group:
             raise TaskGraphError(f"task {name!r} has an empty group")
         matrix = None
-        if op == "all_to_all_v":
+        known_splits = self._checked_splits.get(id(splits)) if splits is not None else None
+        if op == "all_to_all_v" and splits is not None and known_splits is not None \
+                and known_splits[0] is splits and len(splits) == len(group):
+            _, matrix, nbytes = known_splits
+        elif op == "all_to_all_v":
             if splits is None or len(splits) != len(group) or any(
                 len(row) != len(group) for row in splits
             ):
@@ -301,6 +309,7 @@ class TaskGraph:
             if not all(math.isfinite(x) and x >= 0 for row in matrix for x in row):
                 raise TaskGraphError(f"all_to_all_v {name!r}: splits must be finite bytes >= 0")
             nbytes = max(sum(row) for row in matrix)
+            self._checked_splits[id(splits)] = (splits, matrix, nbytes)
         deps = tuple(deps)
         self._check(name, group, deps)
         checked = self._copies(name, group, copies)
