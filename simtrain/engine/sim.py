@@ -22,9 +22,10 @@ from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel
 from simtrain.engine.ahead import Tentative, retime
 from simtrain.engine.collective import Program
-from simtrain.engine.contention import Clock, ComputeSharing
+from simtrain.engine.contention import ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
+from simtrain.engine.loop import Loop
 from simtrain.engine.network import FlowNetwork
 from simtrain.engine.streams import Stream, hung_stream
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
@@ -101,7 +102,7 @@ class Executor:
         # "flow": collectives move flows that share links (contention). "analytic": each
         # collective takes its idle-network time, still waiting for all members.
         self.analytic = network == "analytic"
-        self.env = Clock()
+        self.env = Loop()
         self.sharing = ComputeSharing(self.env, self._rate, on_change=self._retime,
                                       virtual=frozenset(graph.virtual))
         self._chains: dict[int, list[Tentative]] = {}  # rank -> its streams' chains
