@@ -354,6 +354,14 @@ def execute(
     ``network="analytic"`` gives each collective its idle-network time (no contention, no
     flows): much faster on huge clusters, exact where links are not shared.
     """
-    return Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
-                    hangs=hangs, delays=delays, slowdowns=slowdowns,
-                    interference=interference, network=network, issue=issue).run()
+    ex = Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
+                  hangs=hangs, delays=delays, slowdowns=slowdowns,
+                  interference=interference, network=network, issue=issue)
+    try:
+        return ex.run()
+    finally:
+        # The executor is held in reference cycles (its streams and sharing callbacks
+        # point back at it), so its tables (task ends, issue times, per-stream task lists:
+        # ~50 MB per 1M tasks) would wait for a full garbage collection, past the metrics'
+        # peak memory. Dropping its attributes frees them now.
+        ex.__dict__.clear()
