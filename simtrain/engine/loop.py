@@ -43,7 +43,7 @@ class _Batch:
             if k:  # urgent events the previous member scheduled now run before this one
                 while queue and queue[0][1] == URGENT and queue[0][0] == now:
                     env.step_one()
-            callbacks, event.callbacks = event.callbacks, None
+            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
             for callback in callbacks:  # type: ignore[union-attr]
                 callback(event)
 
@@ -65,7 +65,7 @@ class Loop(Clock):
         event._ok = True
         event._value = None
         if when == self._open_at and self._open is not None and \
-                self._eid.__reduce__()[1][0] == self._open_id:  # type: ignore[attr-defined]
+                self._next_id() == self._open_id:
             self._open.members.append(event)
             return event
         batch = _Batch(self, event)
@@ -75,13 +75,18 @@ class Loop(Clock):
         holder.callbacks.append(batch.fire)  # type: ignore[union-attr]
         heappush(self._queue, (when, NORMAL, next(self._eid), holder))
         self._open, self._open_at = batch, when
-        self._open_id = self._eid.__reduce__()[1][0]  # type: ignore[attr-defined]
+        self._open_id = self._next_id()
         return event
+
+    def _next_id(self) -> int:
+        """The id the event counter will draw next, without drawing it."""
+        nxt: int = self._eid.__reduce__()[1][0]  # type: ignore[attr-defined,assignment]
+        return nxt
 
     def step_one(self) -> None:
         """Process the next event (SimPy's ``step``; the queue must not be empty)."""
         self._now, _, _, event = heappop(self._queue)
-        callbacks, event.callbacks = event.callbacks, None
+        callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
         for callback in callbacks:  # type: ignore[union-attr]
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):
@@ -95,7 +100,7 @@ class Loop(Clock):
         queue = self._queue
         while queue:  # step(), inline
             self._now, _, _, event = heappop(queue)
-            callbacks, event.callbacks = event.callbacks, None
+            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
             for callback in callbacks:  # type: ignore[union-attr]
                 callback(event)
             if not event._ok and not hasattr(event, "_defused"):
