@@ -106,7 +106,7 @@ class SpanTable:
     def _by_rank(self) -> dict[int, np.ndarray]:
         if not len(self.rank):
             return {}
-        order = np.argsort(self.rank, kind="stable")
+        order = np.argsort(self.rank, kind="stable").astype(np.int32)  # held per table
         ranks, first = np.unique(self.rank[order], return_index=True)
         bounds = [*first.tolist(), len(order)]
         return {int(r): order[bounds[k]:bounds[k + 1]] for k, r in enumerate(ranks.tolist())}
