@@ -22,9 +22,10 @@ from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel
 from simtrain.engine.ahead import Tentative, retime
 from simtrain.engine.collective import Program
-from simtrain.engine.contention import Clock, ComputeSharing
+from simtrain.engine.contention import ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
+from simtrain.engine.loop import Loop
 from simtrain.engine.network import FlowNetwork
 from simtrain.engine.streams import Stream, hung_stream
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
@@ -101,7 +102,7 @@ class Executor:
         # "flow": collectives move flows that share links (contention). "analytic": each
         # collective takes its idle-network time, still waiting for all members.
         self.analytic = network == "analytic"
-        self.env = Clock()
+        self.env = Loop()
         self.sharing = ComputeSharing(self.env, self._rate, on_change=self._retime,
                                       virtual=frozenset(graph.virtual))
         self._chains: dict[int, list[Tentative]] = {}  # rank -> its streams' chains
@@ -353,6 +354,14 @@ def execute(
     ``network="analytic"`` gives each collective its idle-network time (no contention, no
     flows): much faster on huge clusters, exact where links are not shared.
     """
-    return Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
-                    hangs=hangs, delays=delays, slowdowns=slowdowns,
-                    interference=interference, network=network, issue=issue).run()
+    ex = Executor(graph, fabric, comm=comm, collective_latency=collective_latency,
+                  hangs=hangs, delays=delays, slowdowns=slowdowns,
+                  interference=interference, network=network, issue=issue)
+    try:
+        return ex.run()
+    finally:
+        # The executor is held in reference cycles (its streams and sharing callbacks
+        # point back at it), so its tables (task ends, issue times, per-stream task lists:
+        # ~50 MB per 1M tasks) would wait for a full garbage collection, past the metrics'
+        # peak memory. Dropping its attributes frees them now.
+        ex.__dict__.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,46 +37,59 @@ class SpanTable:
 
     @classmethod
     def of(cls, timeline: Timeline) -> SpanTable:
-        """Read the timeline's columns; per-task fields come from one pass over the tasks
-        its spans refer to."""
+        """Read the timeline's columns; per-task fields come from the task graph's columns
+        (or one pass over the tasks its spans refer to). Rank is int32 and kind int16: an
+        explicit 512-GPU step has 7M spans, and the metrics only group and mask them."""
         from simtrain.engine.timeline import COMM_SPAN, FREE_SPAN, HOST_SPAN
 
-        cols = timeline._columns()
-        rank, start, end, task, form, extra = cols
+        rank, start, end, ref, extra = timeline._raw_columns()
         n = len(rank)
+        task, form = ref >> 2, (ref & 3).astype(np.int8)
+        del ref
         code: dict[str, int] = {}
-        kind = np.empty(n, dtype=np.int64)
-        nbytes = np.zeros(n)
-        flops = np.zeros(n)
         free = form == FREE_SPAN
-        engine = ~free
-        if engine.any():
+        any_free = bool(free.any())
+        if not n or bool(free.all()):  # no engine span
+            kind, nbytes, flops = np.empty(n, dtype=np.int16), np.zeros(n), np.zeros(n)
+        else:
             tasks = timeline.tasks
             assert tasks is not None, "engine spans need the graph's tasks"
-            ids, inverse = np.unique(task[engine], return_inverse=True)
+            if any_free:
+                task[free] = task[np.flatnonzero(~free)[0]]  # any engine task: set below
             graph = getattr(tasks, "graph", None)
             if graph is not None:  # a TaskGraph's columns: no Task objects
-                kind_of = graph.codes("kind").astype(np.int64)[ids]
-                seen, at = np.unique(kind_of, return_index=True)
-                remap = np.zeros(len(graph.kinds), dtype=np.int64)
+                used = np.zeros(len(graph), dtype=bool)
+                used[task] = True
+                kind_of = graph.codes("kind").astype(np.int64)
+                seen, at = np.unique(kind_of[used], return_index=True)
+                del used
+                remap = np.zeros(len(graph.kinds), dtype=np.int16)
                 for c in seen[np.argsort(at)].tolist():  # codes in order of first use
                     remap[c] = code.setdefault(graph.kinds[c], len(code))
                 t_kind = remap[kind_of]
-                t_bytes = graph.codes("nbytes")[ids]
-                t_flops = graph.codes("flops")[ids]
+                del kind_of
+                t_bytes, t_flops = graph.codes("nbytes"), graph.codes("flops")
             else:
-                picked = [tasks[int(t)] for t in ids]
+                unique, task = np.unique(task, return_inverse=True)
+                picked = [tasks[int(t)] for t in unique]
                 t_kind = np.fromiter((code.setdefault(t.kind, len(code)) for t in picked),
-                                     dtype=np.int64, count=len(picked))
+                                     dtype=np.int16, count=len(picked))
                 t_bytes = np.fromiter((t.bytes for t in picked), dtype=np.float64,
                                       count=len(picked))
                 t_flops = np.fromiter((t.flops for t in picked), dtype=np.float64,
                                       count=len(picked))
-            sub = form[engine]
-            host = sub == HOST_SPAN
-            kind[engine] = np.where(host, code.setdefault("host", len(code)), t_kind[inverse])
-            nbytes[engine] = np.where(host, 0.0, t_bytes[inverse])
-            flops[engine] = np.where(host | (sub == COMM_SPAN), 0.0, t_flops[inverse])
+            # Each column gathered once, then host spans (and comm spans' FLOPs) zeroed in
+            # place: no full-size temporaries beyond the columns themselves.
+            host = form == HOST_SPAN
+            kind = t_kind[task]
+            kind[host] = code.setdefault("host", len(code))
+            nbytes = t_bytes[task]
+            nbytes[host] = 0.0
+            flops = t_flops[task]
+            host |= form == COMM_SPAN
+            flops[host] = 0.0
+            del host, t_kind, t_bytes, t_flops
+        del task, form
         for i in np.flatnonzero(free).tolist():
             span = extra[i]
             kind[i] = code.setdefault(span.kind, len(code))
@@ -88,14 +102,19 @@ class SpanTable:
         codes = [i for i, k in enumerate(self.kinds) if k in set(kinds)]
         return np.isin(self.kind, codes)
 
-    def by_rank(self) -> dict[int, np.ndarray]:
-        """Rank -> indices of its spans in timeline order, ranks ascending."""
+    @cached_property
+    def _by_rank(self) -> dict[int, np.ndarray]:
         if not len(self.rank):
             return {}
-        order = np.argsort(self.rank, kind="stable")
+        order = np.argsort(self.rank, kind="stable").astype(np.int32)  # held per table
         ranks, first = np.unique(self.rank[order], return_index=True)
         bounds = [*first.tolist(), len(order)]
         return {int(r): order[bounds[k]:bounds[k + 1]] for k, r in enumerate(ranks.tolist())}
+
+    def by_rank(self) -> dict[int, np.ndarray]:
+        """Rank -> indices of its spans in timeline order, ranks ascending (computed once;
+        the arrays are shared: do not change them)."""
+        return self._by_rank
 
     def merged(self, rows: np.ndarray) -> Intervals:
         """Sorted, disjoint union of the spans ``rows`` (touching intervals merge)."""

@@ -200,17 +200,23 @@ class Timeline:
         end = np.frombuffer(self._end, dtype=np.float64) if len(self._end) else np.zeros(0)
         if len(end) < 2 or bool(np.all(end[1:] >= end[:-1])):
             return
-        order = np.argsort(end, kind="stable")
+        # In place, one column at a time (a copy of all four doubled the engine's peak
+        # memory on large steps); int32 positions (rows < 2**31: MAX_TASKS).
+        order = np.argsort(end, kind="stable").astype(np.int32)
+        del end
         for name in ("_rank", "_start", "_end", "_ref"):
             column = getattr(self, name)
-            values = np.frombuffer(column, dtype=column.typecode)[order]
-            setattr(self, name, array(column.typecode, values.tobytes()))
-        where = np.empty(len(order), dtype=np.int64)
-        where[order] = np.arange(len(order))
+            view = np.frombuffer(column, dtype=column.typecode)
+            view[:] = view[order]
+            del view  # a live view would pin the column's buffer
+        where = np.empty(len(order), dtype=np.int32)
+        where[order] = np.arange(len(order), dtype=np.int32)
+        del order
         self._extra = {int(where[i]): v for i, v in self._extra.items()}
         if len(self._comm_rows):
-            rows = where[np.frombuffer(self._comm_rows, dtype=np.int32)]
-            self._comm_rows = array("i", rows.astype(np.int32).tobytes())
+            rows = np.frombuffer(self._comm_rows, dtype=np.int32)
+            rows[:] = where[rows]
+            del rows
         self._spans = self._table = None
 
     # -- reading ---------------------------------------------------------------------
@@ -264,15 +270,15 @@ class Timeline:
         table: SpanTable = self._table
         return table
 
-    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                dict[int, Any]]:
-        """(rank, start, end, task, form) as arrays, and the per-row extras."""
+    def _raw_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                    dict[int, Any]]:
+        """Copies of the rank (int32), start, end and ref (int32) columns, and the per-row
+        extras (copies: a view would pin the recording arrays' buffers)."""
         def col(a: array, dtype: type) -> np.ndarray:
             return np.frombuffer(a, dtype=a.typecode).astype(dtype) if len(a) else \
                 np.zeros(0, dtype)
-        ref = col(self._ref, np.int64)
-        return (col(self._rank, np.int64), col(self._start, np.float64),
-                col(self._end, np.float64), ref >> 2, ref & 3, self._extra)
+        return (col(self._rank, np.int32), col(self._start, np.float64),
+                col(self._end, np.float64), col(self._ref, np.int32), self._extra)
 
     def __iter__(self) -> Iterator[Span]:
         return iter(self.spans)
