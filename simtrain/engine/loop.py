@@ -97,13 +97,6 @@ class Loop(Clock):
     def run(self, until: object = None) -> None:  # type: ignore[override]
         """Process events until none is left (``until`` is not supported)."""
         assert until is None, "Loop.run runs to the end"
-        queue = self._queue
-        while queue:  # step(), inline
-            self._now, _, _, event = heappop(queue)
-            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
-            for callback in callbacks:  # type: ignore[union-attr]
-                callback(event)
-            if not event._ok and not hasattr(event, "_defused"):
-                exc = type(event._value)(*event._value.args)
-                exc.__cause__ = event._value
-                raise exc
+        queue, step = self._queue, self.step_one
+        while queue:
+            step()
