@@ -11,7 +11,7 @@ callback is unchanged; only heap entries (and ids) are saved. A step's members o
 tensor-parallel group make their tasks' end events one after the other at one time: one
 entry instead of eight.
 
-``Loop.run`` is SimPy's ``run()`` (no ``until``) with ``step`` inlined.
+``Loop.run`` is SimPy's ``run()`` (no ``until``), stepping with ``step_one``.
 """
 
 from __future__ import annotations
