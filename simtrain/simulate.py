@@ -168,6 +168,8 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
     gradient buckets in flight (zero < 3), the gathered units (ZeRO-3:
     ``simtrain.parallel.fsdp.gathered_bytes``, the running unit and ``prefetch`` ahead, or
     every unit without reshard after forward), and the pipeline send and receive buffers.
+    FSDP synced once per step (``parallelism.fsdp.sync_each_microbatch`` false) holds every
+    unit unsharded and its gradients unsharded in the reduce dtype until the last backward.
     """
     dims, par, train, cfg = plan.dims, scenario.parallelism, scenario.training, scenario.model
     grad_bytes = DTYPE_BYTES[par.ddp.grad_dtype]
@@ -204,9 +206,15 @@ def memory_report(scenario: Scenario, cluster: Cluster, plan: Plan) -> MemoryRep
             acts += 4.0 * train.micro_batch_size * scenario.seq_len / dims.cp \
                 * cfg.vocab_size / dims.tp
         if dims.zero == 3:
+            synced = par.fsdp.sync_each_microbatch
             buffers = gathered_bytes([sum(p.numel for p in u.params) * dt
                                       for c in chunks for u in c],
-                                     par.fsdp.prefetch, par.fsdp.reshard_after_forward)
+                                     par.fsdp.prefetch, par.fsdp.reshard_after_forward
+                                     and synced)
+            if not synced:  # torch _fsdp_param.py to_accumulated_grad_if_needed: each
+                # unsharded gradient is kept in the reduce dtype until the last backward
+                states["gradients"] = (dense + expert) * DTYPE_BYTES[
+                    par.fsdp.reduce_dtype or par.ddp.grad_dtype]
         else:
             buffers = 2.0 * min(par.ddp.bucket_cap_bytes, dense * grad_bytes)
         if dims.pp > 1:

@@ -206,3 +206,22 @@ def test_bad_fsdp_input_is_a_scenario_error(par, match):
     with pytest.raises(ScenarioError, match=match):
         load_scenario({"cluster": {"preset": "dgx-a100"}, "model": {"preset": "tiny-gpt"},
                        "training": {"global_batch_size": 8}, "parallelism": par})
+
+
+def test_sync_once_per_step_holds_unsharded_units_and_gradients():
+    # tiny-gpt, 2 stages: stage 0 holds the embedding and layers 0-1 (393,216 + 2·789,760
+    # = 1,972,736 parameters; the tied head is stage 1's). Synced each microbatch: fp32
+    # gradients sharded over dp 4 (8 GPUs / pp 2) = 4·1,972,736/4 = 1,972,736 B; gathered
+    # units: prefetch 1 → 2 x the largest (789,760·2 B) = 3,159,040 B. Synced once per step
+    # (torch pipelining): every gradient unsharded in fp32 = 7,890,944 B, and every unit
+    # gathered: 1,972,736·2 = 3,945,472 B (plus the pipeline buffers, equal in both).
+    def breakdown(fsdp):
+        s = _scenario(fsdp, batch=64, pp=2)
+        c = build_cluster(s.cluster)
+        return memory_report(s, c, build_plan(s, c)).breakdown
+    each, once = breakdown(None), breakdown({"sync_each_microbatch": False})
+    stage0 = EMBEDDING + 2 * LAYER
+    assert each["gradients"] == pytest.approx(4 * stage0 / 4, rel=1e-12)
+    assert once["gradients"] == pytest.approx(4 * stage0, rel=1e-12)
+    assert once["comm_buffers"] - each["comm_buffers"] == pytest.approx(
+        2 * stage0 - 2 * 2 * LAYER, rel=1e-12)
