@@ -2,7 +2,10 @@
 
 Run from the repository root: python benchmarks/nccl_modern_report.py [--min-bytes N]
 The current per-series and per-size state (docs/collectives.md compares rounds from
-`simtrain validate -s nccl-modern --json`).
+`simtrain validate -s nccl-modern --json`), and the series ranked by what they add to the
+suite's MAPE and mean signed error (a series' share is the sum of its points' |error|,
+resp. error, over every compared point of the suite, so the shares add up to the suite's
+MAPE and mean).
 """
 
 from __future__ import annotations
@@ -22,6 +25,16 @@ def _size(n: int) -> str:
         if n >= 1 << shift:
             return f"{n / (1 << shift):g} {unit}"
     return f"{n} B"
+
+
+def contributions(per_series: dict[str, list[tuple[int, float]]]
+                  ) -> list[tuple[str, int, float, float]]:
+    """(series, points, share of the suite's MAPE, share of its mean signed error), largest
+    |share of MAPE| first; the shares sum to the suite's MAPE and mean signed error."""
+    total = sum(len(points) for points in per_series.values())
+    out = [(sid, len(points), sum(abs(e) for _, e in points) / total,
+            sum(e for _, e in points) / total) for sid, points in per_series.items()]
+    return sorted(out, key=lambda r: -r[2])
 
 
 def main() -> None:
@@ -54,6 +67,11 @@ def main() -> None:
           f"mean {sum(big) / len(big):+.1%}, worse than 15%: {over}")
     every = [e for pts in per_series.values() for _, e in pts]
     print(f"All points: {len(every)}, MAPE {_mape(every)}\n")
+    print("| series | points | share of MAPE | share of mean signed |")
+    print("| --- | --- | --- | --- |")
+    for sid, n, mape, mean in contributions(per_series):
+        print(f"| {sid} | {n} | {mape:.2%} | {mean:+.2%} |")
+    print()
     by_size: dict[int, list[float]] = defaultdict(list)
     for points in per_series.values():
         for n, e in points:

@@ -73,6 +73,16 @@ series(
 )
 cw = ref["coreweave_gb200_nvl72_allreduce"]
 src = "CoreWeave nccl-tests README 'Expected Performance', coreweave/nccl-tests@cb865533"
+# Protocol Simple: the source names none. NCCL 2.26.2 (stated for these runs) enables LL128
+# on a graph only where its GPU-NIC path type is PXB or better, or PXN on sm90+ (read in
+# ncclTopoTuneModel of 2.26.2's libnccl.so.2, nvidia-nccl-cu12 2.26.2 wheel: typeInter <= 5
+# || (typeInter == 6 && compCap > 89), with 2.26.2's path names LOC NVL NVB C2C PIX PXB PXN
+# PHB ... in that order). A GB200 HCA hangs off the Grace CPU that the GPU reaches over
+# NVLink-C2C (2.26.2 logs "GPU %d / HCA %lx connected to CPU %d via C2C link"); 2.26.2 has
+# no P2C path type, so that path is PHB and LL128 is off for the multi-rack ring and tree
+# (2.27+ adds P2C and NCCL_LL128_C2C, default 1 in 2.30.7, which turns it on). LL (capped at
+# llMaxBw across nodes) never wins from 512 MiB, the smallest size here, so Simple is what
+# runs; on one rack NVLS runs Simple anyway.
 for key, nodes in (
     ("single_rack_72_gpus", 1),
     ("two_racks_144_gpus", 2),
@@ -86,7 +96,8 @@ for key, nodes in (
             {"bytes": r["bytes"], "time_us": r["time_us"], "busbw": r["busbw"]}
             for r in cw["rows"][key]
         ],
-        note="NCCL 2.26.2; whether IB SHARP was on is not stated (modelled off)",
+        note="NCCL 2.26.2: no LL128 over GB200's C2C-attached NICs (Simple); whether IB "
+        "SHARP was on is not stated (modelled off)",
         protocol="Simple",
     )
 h = ref["coreweave_h100_64gpu_example"]

@@ -195,6 +195,11 @@ class Backend:
         if algorithm == "nvls" and self.tuning is not None:
             return 1 / _NVLS_EFFICIENCY.get(arch, 1.0)
         if protocol == "LL":
+            # Ring LL x2: VERIFIED against NCCL 2.30.7's ncclTopoTuneModel (disassembled
+            # from libnccl.so.2: for a == RING && p == LL, busBw = min(busBw * 0.5,
+            # llMaxBw), every op; 2.26.2's constant pool holds the same 0.5 and no 1/3).
+            # NCCL 2.13.4 (RCCL rocm-5.4.3's tuning.cc, non-HIP branch) had 1/4 for
+            # all-reduce and multi-node, 1/3 otherwise: series older than 2.26 may differ.
             return 3.8 if algorithm == "tree" else 2.0
         if protocol == "LL128":
             if algorithm == "tree":

@@ -29,10 +29,19 @@ sizes >= 1 MiB; benchmarks/nvls_fit.py reproduces them):
 
 - D = 2: three pipeline stages (scatter, reduce/multicast, gather) in all_reduce.h.
 - chunk rule (``nvls_chunk``): NCCL enqueue.cc caps the NVLS chunk at 128 KiB and halves
-  it to 64/32/16 KiB below 64/8/2 rounds of data. UNVERIFIED: written from the NCCL source
-  as we remember it (2.19-2.27); not in ../shared/reference.
-- channels (``NVLS_CHANNELS``): NCCL_NVLS_NCHANNELS defaults, 16 on Hopper and 32 on
-  Blackwell. UNVERIFIED (same reason); range 1-32.
+  it to 64/32/16 KiB below 64/8/2 rounds of data. VERIFIED against NCCL 2.26.2's
+  libnccl.so.2 (nvidia-nccl-cu12 2.26.2 wheel, disassembled; the library keeps its
+  symbols): ncclParamNvlsChunkSize defaults to 0x20000, and calcCollChunking takes
+  chunk = min(chunk, comm->nvlsChunkSize), then with concurrentOps = nChannels x
+  nvls.nHeads lowers it to 64 KiB if nBytes < 64 x concurrentOps x chunk, to 32 KiB if
+  < 8x, to 16 KiB if < 2x, each test with the chunk the previous one left. (Across nodes
+  it also caps the chunk at 32 KiB where NCCL's modelled NVLS bandwidth is under 150 GB/s;
+  simtrain's NVLS runs inside one NVLink domain.) heads = P is simtrain's reading of
+  nvls.nHeads on one node, not checked.
+- channels (``NVLS_CHANNELS``): 16 on Hopper and 32 on Blackwell. VERIFIED against NCCL
+  2.26.2: ncclNvlsInit sets nvlsChannels = compCap > 99 ? 32 : 16 when NCCL_NVLS_NCHANNELS
+  is unset (-2), then bounds it by the communicator's min/max CTAs; range 1-32. (2.30.7
+  moved that default elsewhere; not read.)
 - o (``PEER_SYNC_S``): fitted, Hopper on the Voltage Park 8×H100 sweep (0.64 us per peer;
   held out: Azure ND H100 v5 and ND H200 v5 sweeps), Blackwell on CoreWeave's 72-GPU NVL72
   rack and the 8×B300 point (0.49 us). Physical range 0.2-2 us: one NVLink round trip
@@ -48,7 +57,8 @@ from __future__ import annotations
 KIB = 1024
 DEPTH = 2
 MAX_CHUNK = 128 * KIB
-# (rounds of data below which the chunk is capped, cap), in order: enqueue.cc (unverified).
+# (rounds of data below which the chunk is capped, cap), in order: enqueue.cc calcCollChunking
+# (verified against NCCL 2.26.2, module docstring).
 _CHUNK_STEPS = ((64, 64 * KIB), (8, 32 * KIB), (2, 16 * KIB))
 NVLS_CHANNELS: dict[str, int] = {"hopper": 16, "blackwell": 32}
 PEER_SYNC_S: dict[str, float] = {"hopper": 0.635e-6, "blackwell": 0.485e-6}
