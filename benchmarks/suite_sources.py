@@ -352,8 +352,23 @@ def automodel(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
             model=name, shapes=shapes, seq=r["seq"], system="DGX-H100", gpus=r["gpus"],
             gbs=r["gbs"], mbs=r["mbs"], tp=r["tp"], pp=r["pp"], cp=r["cp"], vp=r.get("vp"),
             ep=ep, fsdp=True, prec="BF16",
-            par={"moe_dispatcher": "deepep"} if deepep else None))
+            par={**({"moe_dispatcher": "deepep"} if deepep else {}),
+                 **AUTOMODEL_RECOMPUTE.get(name, {})} or None))
     return unique(rows)
+
+
+# Rows that cannot run without activation checkpointing, with the recompute AutoModel's
+# ``activation_checkpointing: true`` runs. Llama 3 70B, CP 2 at 8,192 tokens: 4,096 tokens
+# a GPU x 80 layers x ~330 KB a token and layer (Llama's saved block activations in bf16:
+# 12 x 8,192 B around attention, 8 x 28,672 B in the SwiGLU MLP) = 108 GB, over the H100's
+# 80 GiB before any weight or optimizer state (simtrain's memory report: 108 GiB). Its
+# recompute (nemo_automodel 0.7.0 components/distributed/parallelizer.py with
+# activation_checkpointing.py): every decoder layer wrapped whole by checkpoint_wrapper
+# (apply_full_layer_checkpointing_to_layers, HF-native layers) or its self_attn and mlp
+# each (apply_submodule_checkpointing): the layer's GEMMs and attention run again in the
+# backward, i.e. full recompute. (The per-op "selective" mode is a string the row would
+# have to name; the row lists only "TE + fsdp2_prefetch".)
+AUTOMODEL_RECOMPUTE: dict[str, dict[str, Any]] = {"Llama3 70B": {"recompute": "full"}}
 
 
 def automodel_ep(r: dict[str, Any]) -> int | None:
@@ -423,8 +438,10 @@ SPECS_MEGATRON = [
               choices=[
                   "Compared: step time (time per global step) and tokens/s/GPU. FSDP2 over the",
                   "data-parallel group (zero 3), micro-batch = the published MBS, no activation",
-                  "recompute (not stated), DGX H100 preset. FSDP2 is torch fully_shard (source:",
-                  "'PyTorch-native backend: FSDP2'): its copy-out/copy-in kernels run.",
+                  "recompute (not stated) except full recompute on Llama3 70B, which does not",
+                  "fit 80 GiB without it (suite_sources.AUTOMODEL_RECOMPUTE), DGX H100 preset.",
+                  "FSDP2 is torch fully_shard (source: 'PyTorch-native backend: FSDP2'): its",
+                  "copy-out/copy-in kernels run.",
                   "GPT-OSS rows list DeepEP but print no EP: ep = min(GPUs per stage, 64), the",
                   "rule every row that prints EP follows (suite_sources.automodel_ep)."],
               base={"parallelism": {"order": ORDER, "fsdp": {"copies": True}},

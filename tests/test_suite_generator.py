@@ -33,3 +33,28 @@ def test_gpt_oss_20b_shape_has_the_published_parameter_count():
     body, needs = model_body("GPT-OSS-20B", EXTRA_SHAPES["GPT-OSS-20B"], 4096)
     assert not needs and body["sliding_window_pattern"] == 2
     assert num_parameters(ModelConfig(**body)) / 1e9 == pytest.approx(20.9, abs=0.05)
+
+
+def test_automodel_llama3_70b_needs_its_recompute_to_fit_an_h100():
+    # suite_sources.AUTOMODEL_RECOMPUTE: the row runs full recompute because it cannot run
+    # without. By hand, the bf16 tensors a Llama 3 70B layer must keep for its backward
+    # without recompute are at least (norm out, q, attention out, o-proj in: 4 x 2h; k, v:
+    # 2 x 2 x 1,024; w1 out, w3 out, their product: 3 x 2f) = 65,536 + 4,096 + 172,032 =
+    # 241,664 B a token; x 4,096 tokens a GPU (8,192 / CP 2) x 80 layers = 79.2e9 B =
+    # 73.8 GiB. With the 16 B a parameter of FSDP-sharded weights, fp32 gradients and Adam
+    # (70.55e9 x 16 / 64 ranks = 17.6e9 B = 16.4 GiB) that is over 80 GiB; with full
+    # recompute only each layer's 2h input stays: 80 x 4,096 x 16,384 B = 5.4e9 B.
+    from simtrain.scenario import load_scenario
+    from simtrain.simulate import build_cluster, build_plan, memory_report
+    from simtrain.validation_suites import row_bodies
+
+    full = load_scenario(next(body for e, body in row_bodies("nemo-automodel-h100")
+                              if e["id"] == "llama3-70b-64gpu"))
+    assert full.parallelism.recompute == "full"
+    none = full.model_copy(update={"parallelism": full.parallelism.model_copy(
+        update={"recompute": "none"})})
+    gib = 2.0**30
+    reports = [memory_report(s, c := build_cluster(s.cluster), build_plan(s, c))
+               for s in (none, full)]
+    assert reports[0].breakdown["activations"] > 73.8 * gib and not reports[0].fits()
+    assert reports[1].fits() and reports[1].breakdown["activations"] < 0.1 * reports[0].total
