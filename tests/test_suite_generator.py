@@ -33,3 +33,15 @@ def test_gpt_oss_20b_shape_has_the_published_parameter_count():
     body, needs = model_body("GPT-OSS-20B", EXTRA_SHAPES["GPT-OSS-20B"], 4096)
     assert not needs and body["sliding_window_pattern"] == 2
     assert num_parameters(ModelConfig(**body)) / 1e9 == pytest.approx(20.9, abs=0.05)
+
+
+@pytest.mark.parametrize(("label", "release", "ran"), [
+    # 26.02 on prints BF16 / FP8 / MXFP8 / NVFP4, Bridge 0.6.2's four perf precisions
+    # (fp8_cs the only FP8 one): its "FP8" is current scaling.
+    ("FP8", "26.02", "FP8-CS"), ("FP8", "26.02.01", "FP8-CS"), ("FP8", "26.06", "FP8-CS"),
+    # 25.09 prints no label (FP8, recipe unstated) and 25.11 prints FP8-CS / FP8-MX itself.
+    ("FP8", "25.09", "FP8"), ("FP8-CS", "25.11", "FP8-CS"), ("FP8-MX", "25.11", "FP8-MX"),
+    ("MXFP8", "26.04", "MXFP8"), ("BF16", "26.06", "BF16"),
+])
+def test_bridge_fp8_label_from_26_02_is_current_scaling(label, release, ran):
+    assert suite_sources.bridge_run_prec(label, release) == ran
