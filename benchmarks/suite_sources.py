@@ -346,10 +346,10 @@ def bridge_recompute(cfg: dict[str, Any], prec: str) -> dict[str, Any]:
     return {}
 
 
-# Megatron Bridge's recipes keep Megatron-Core's NaN check of each gradient bucket and
-# average in the collective (no 1/dp pre-scaling): megatron_bridge 0.3.1's recipe DDP
-# config (check_for_nan_in_grad True, average_in_collective True).
-BRIDGE_DDP: dict[str, Any] = {"ddp": {"check_for_nan_in_grad": True}}
+# Bridge's benchmark runs reduce gradients in bf16 without the NaN check: megatron_bridge
+# 0.6.2 ``perf_recipes/_common.py`` ``_benchmark_common`` (grad_reduce_in_fp32 False,
+# check_for_nan_in_grad False), as NeMo 2.2-2.4's performance scripts (NEMO2_BASE).
+BRIDGE_DDP: dict[str, Any] = {"ddp": {"check_for_nan_in_grad": False, "grad_dtype": "bf16"}}
 
 
 def automodel(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
@@ -423,15 +423,15 @@ SPECS_MEGATRON = [
                   "and 25.07 (the performance scripts' cross_entropy_fusion_impl)."],
               base=NEMO2_BASE),
     SuiteSpec("megatron-bridge", "megatron_bridge_perf_summary", "", megatron_bridge,
-              choices=MEGATRON_CHOICES + [
+              choices=[c.replace("fp32 gradient reduction", "bf16 gradient reduction")
+                       for c in MEGATRON_CHOICES] + [
                   "Compared in tokens/s/GPU (the published TFLOP/s count causal attention).",
                   "FP8 from 26.02 is current scaling (Bridge 0.6.2's perf precisions).",
                   "25.09 rows print no precision: FP8, their parenthesised run a finer",
                   "granularity (H100 blockwise, Blackwell MXFP8); alt runs are rows ...-alt;",
                   "superseded rows (published, later replaced) are kept as ...-superseded.",
                   "tokendrop rows: capacity_factor 1.0; dropless otherwise.",
-                  "Each gradient bucket's NaN check before its collective, as the Bridge",
-                  "recipes keep it (ddp.check_for_nan_in_grad).",
+                  "Gradients in bf16, no NaN check (Bridge 0.6.2's _benchmark_common).",
                   "The loss runs the recipe's fused cross-entropy (compute.cross_entropy:",
                   "te, native for GPT-OSS and Nemotron-H, unfused for LoRA; 0.3.1 recipes)."]),
     SuiteSpec("nemo-automodel-h100", "nemo_automodel_h100_bf16", "", automodel,
