@@ -259,6 +259,19 @@ def _nemo2_prec(release: str, alt: bool = False) -> str:
     return "FP8" if release == "25.02" else "FP8-CS"
 
 
+# From 26.02 the Bridge tables print four labels, BF16, FP8, MXFP8, NVFP4 (25.11: FP8-CS,
+# FP8-MX), the four of megatron_bridge 0.6.2's ``perf_recipes/_common.py`` ``_perf_precision``
+# (bf16, fp8_cs, fp8_mx, nvfp4; all 85 FP8 recipes are fp8_cs): "FP8" is current scaling.
+BRIDGE_FP8_IS_CS_FROM = (26, 2)
+
+
+def bridge_run_prec(label: str, release: str) -> str:
+    """The precision a Bridge row ran, from its printed label and release (ids keep it)."""
+    if label == "FP8" and tuple(int(x) for x in release.split(".")[:2]) >= BRIDGE_FP8_IS_CS_FROM:
+        return "FP8-CS"
+    return label
+
+
 def _bridge_prec(cfg: dict[str, Any], alt: bool) -> str:
     prec = cfg.get("prec")
     if prec is not None:
@@ -296,7 +309,8 @@ def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
                 published={"tokens_per_s_per_gpu": cfg["tok_s_gpu"]}, model=cfg["model"],
                 shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
                 gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
-                vp=cfg.get("vp"), ep=cfg.get("ep"), fsdp=bool(cfg.get("fsdp")), prec=prec,
+                vp=cfg.get("vp"), ep=cfg.get("ep"), fsdp=bool(cfg.get("fsdp")),
+                prec=bridge_run_prec(prec, str(cfg["rel"])),
                 training=training, model_extra=extra, needs=needs,
                 par={**BRIDGE_DDP, **bridge_recompute(cfg, prec)},
                 compute={"cross_entropy": bridge_loss(cfg)}))
@@ -332,10 +346,10 @@ def bridge_recompute(cfg: dict[str, Any], prec: str) -> dict[str, Any]:
     return {}
 
 
-# Megatron Bridge's recipes keep Megatron-Core's NaN check of each gradient bucket and
-# average in the collective (no 1/dp pre-scaling): megatron_bridge 0.3.1's recipe DDP
-# config (check_for_nan_in_grad True, average_in_collective True).
-BRIDGE_DDP: dict[str, Any] = {"ddp": {"check_for_nan_in_grad": True}}
+# Bridge's benchmark runs reduce gradients in bf16 without the NaN check: megatron_bridge
+# 0.6.2 ``perf_recipes/_common.py`` ``_benchmark_common`` (grad_reduce_in_fp32 False,
+# check_for_nan_in_grad False), as NeMo 2.2-2.4's performance scripts (NEMO2_BASE).
+BRIDGE_DDP: dict[str, Any] = {"ddp": {"check_for_nan_in_grad": False, "grad_dtype": "bf16"}}
 
 
 def automodel(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
@@ -424,14 +438,15 @@ SPECS_MEGATRON = [
                   "and 25.07 (the performance scripts' cross_entropy_fusion_impl)."],
               base=NEMO2_BASE),
     SuiteSpec("megatron-bridge", "megatron_bridge_perf_summary", "", megatron_bridge,
-              choices=MEGATRON_CHOICES + [
+              choices=[c.replace("fp32 gradient reduction", "bf16 gradient reduction")
+                       for c in MEGATRON_CHOICES] + [
                   "Compared in tokens/s/GPU (the published TFLOP/s count causal attention).",
+                  "FP8 from 26.02 is current scaling (Bridge 0.6.2's perf precisions).",
                   "25.09 rows print no precision: FP8, their parenthesised run a finer",
                   "granularity (H100 blockwise, Blackwell MXFP8); alt runs are rows ...-alt;",
                   "superseded rows (published, later replaced) are kept as ...-superseded.",
                   "tokendrop rows: capacity_factor 1.0; dropless otherwise.",
-                  "Each gradient bucket's NaN check before its collective, as the Bridge",
-                  "recipes keep it (ddp.check_for_nan_in_grad).",
+                  "Gradients in bf16, no NaN check (Bridge 0.6.2's _benchmark_common).",
                   "The loss runs the recipe's fused cross-entropy (compute.cross_entropy:",
                   "te, native for GPT-OSS and Nemotron-H, unfused for LoRA; 0.3.1 recipes)."]),
     SuiteSpec("nemo-automodel-h100", "nemo_automodel_h100_bf16", "", automodel,

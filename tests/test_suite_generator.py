@@ -58,3 +58,15 @@ def test_automodel_llama3_70b_needs_its_recompute_to_fit_an_h100():
                for s in (none, full)]
     assert reports[0].breakdown["activations"] > 73.8 * gib and not reports[0].fits()
     assert reports[1].fits() and reports[1].breakdown["activations"] < 0.1 * reports[0].total
+
+
+@pytest.mark.parametrize(("label", "release", "ran"), [
+    # 26.02 on prints BF16 / FP8 / MXFP8 / NVFP4, Bridge 0.6.2's four perf precisions
+    # (fp8_cs the only FP8 one): its "FP8" is current scaling.
+    ("FP8", "26.02", "FP8-CS"), ("FP8", "26.02.01", "FP8-CS"), ("FP8", "26.06", "FP8-CS"),
+    # 25.09 prints no label (FP8, recipe unstated) and 25.11 prints FP8-CS / FP8-MX itself.
+    ("FP8", "25.09", "FP8"), ("FP8-CS", "25.11", "FP8-CS"), ("FP8-MX", "25.11", "FP8-MX"),
+    ("MXFP8", "26.04", "MXFP8"), ("BF16", "26.06", "BF16"),
+])
+def test_bridge_fp8_label_from_26_02_is_current_scaling(label, release, ran):
+    assert suite_sources.bridge_run_prec(label, release) == ran
