@@ -64,9 +64,10 @@ def lockstep_groups(graph: TaskGraph, *, delays: Mapping[int, float] | None = No
                     hangs: Mapping[int, float] | None = None,
                     issue: tuple[np.ndarray, np.ndarray] | None = None) -> list[LockstepGroup]:
     """The disjoint lockstep groups of ``graph``: candidates are the rank groups of its
-    collectives (two or more simulated ranks), tried by how many shared tasks they would
-    run once (most first); a rank joins at most one group. ``issue``: the host issue
-    times' (first, last) columns by member position (``IssueTimes.first`` / ``last``)."""
+    collectives (two or more simulated ranks), tried in order of how many collectives
+    they hold (most first: those are the tasks a group runs once), then size and ranks; a
+    rank joins the first group that passes. ``issue``: the host issue times' (first,
+    last) columns by member position (``IssueTimes.first`` / ``last``)."""
     streams = graph.stream_members()
     by_rank: dict[int, list[str]] = {}
     for rank, stream in streams:
@@ -74,24 +75,20 @@ def lockstep_groups(graph: TaskGraph, *, delays: Mapping[int, float] | None = No
     columns = {name: graph.codes(name) for name in _SAME}
     dep_start, dep_ids = graph.codes("dep_start"), graph.codes("dep_ids")
     comm = columns["comm"]
-    candidates: set[tuple[int, ...]] = set()
-    group_of = graph.codes("group")
-    for code in np.unique(group_of[comm >= 0]).tolist():
+    held: dict[tuple[int, ...], int] = {}
+    codes, counts = np.unique(graph.codes("group")[comm >= 0], return_counts=True)
+    for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
         ranks = tuple(r for r in graph.groups[code] if r not in graph.virtual)
         if len(ranks) >= 2:
-            candidates.add(ranks)
+            held[ranks] = held.get(ranks, 0) + count
     faults = (delays or {}, slowdowns or {}, hangs or {})
-    found = []
-    for ranks in candidates:
-        group = _check(graph, ranks, streams, by_rank, columns, dep_start, dep_ids, faults, issue)
-        if group is not None:
-            found.append(group)
-    found.sort(key=lambda g: (-sum(int(m.sum()) for m in g.shared.values()),
-                              -len(g.ranks), g.ranks))
     taken: set[int] = set()
     out = []
-    for group in found:
-        if not taken.intersection(group.ranks):
+    for ranks in sorted(held, key=lambda r: (-held[r], -len(r), r)):
+        if taken.intersection(ranks):
+            continue  # a rank is in one group; checking it again would cost, not change
+        group = _check(graph, ranks, streams, by_rank, columns, dep_start, dep_ids, faults, issue)
+        if group is not None:
             taken.update(group.ranks)
             out.append(group)
     return out
@@ -134,6 +131,7 @@ def _check(graph: TaskGraph, ranks: tuple[int, ...],
     order = np.argsort(keys)
     keys, values = keys[order], values[:, order]
     syncs = 0
+    members: list[tuple[np.ndarray, np.ndarray]] = []  # member collectives per stream
     for s in names:
         own = ~shared[s]
         first, rest = tasks[s][0, own], tasks[s][1:, own]
@@ -151,15 +149,18 @@ def _check(graph: TaskGraph, ranks: tuple[int, ...],
             if not _deps_parallel(first[~collective], tasks[s][k, own][~collective], keys,
                                   values[k], dep_start, dep_ids):
                 return None
-            for t0, tk in zip(first[collective].tolist(),
-                              tasks[s][k, own][collective].tolist(), strict=True):
+        if not _shared_deps_parallel(tasks[s][0, shared[s]], keys, values, dep_start,
+                                     dep_ids):
+            return None
+        members.append((first[collective], tasks[s][:, own][:, collective]))
+    # Last (a loop per task): what each member waits for at its member collectives.
+    for first, each in members:
+        for k in range(1, len(ranks)):
+            for t0, tk in zip(first.tolist(), each[k].tolist(), strict=True):
                 mapped = _counterpart(np.asarray(_waited(graph, t0, ranks[0]), dtype=np.int64),
                                       keys, values[k])
                 if mapped.tolist() != _waited(graph, tk, ranks[k]):
                     return None
-        if not _shared_deps_parallel(tasks[s][0, shared[s]], keys, values, dep_start,
-                                     dep_ids):
-            return None
     return LockstepGroup(ranks, tasks, shared, syncs)
 
 
