@@ -185,6 +185,8 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
                 route = "to_experts" if item.kind == "dispatch" else "from_experts"
                 steps += _comm(item.name, "ep", "all_to_all", "all_to_all", item.nbytes,
                                spec.ep, route)
+            case Site(kind="counts"):  # a dropless dispatch's routing counts, forward only
+                steps += _comm(item.name, "ep", "all_gather", None, item.nbytes, spec.ep)
             case ContextAttention():
                 steps += _context(item, spec)
             case _:
