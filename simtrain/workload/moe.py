@@ -123,7 +123,10 @@ def token_count_bytes(cfg: ModelConfig, ep: int) -> float:
     all-to-all's splits, then waits for them on the host (``cuda_sync_point =
     "before_ep_alltoall"``). A padded (capacity-factor) dispatch has static splits and
     skips it; simtrain's capacity factor is taken as padded. The all-gather's output is
-    ep·E counts of ``COUNT_BYTES`` (nccl-tests' size convention).
+    ep·E counts of ``COUNT_BYTES`` (nccl-tests' size convention). torchtitan's EP
+    exchanges the same counts with an all-to-all before its dispatch (torchtitan 0.1.0
+    ``experiments/deepseek_v3/model.py``), of the same latency; DeepEP inside its own
+    dispatch (``ShardSpec.counts_gather``).
     """
     if not cfg.is_moe or ep <= 1 or cfg.capacity_factor is not None:
         return 0.0

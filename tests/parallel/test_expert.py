@@ -296,6 +296,18 @@ def test_deepep_dispatch_crosses_the_network_once_per_node():
             "step_time_s"], rel=1e-9)
 
 
+def test_routing_counts_are_an_nccl_all_gather_except_under_deepep():
+    counts = {}
+    for d in ("alltoall", "deepep"):
+        s = _two_nodes(d)
+        counts[d] = [t.comm for t in build_graph(s, build_cluster(s.cluster)).tasks
+                     if t.name == "layers.0.mlp.counts" and 0 in t.ranks]
+    # One forward gather per MoE layer and micro-batch: 16 ranks x 16 int64 counts =
+    # 2,048 bytes (moe.token_count_bytes); DeepEP exchanges them in its dispatch.
+    assert [(c.op, c.nbytes) for c in counts["alltoall"]] == [("all_gather", 2048.0)]
+    assert counts["deepep"] == []
+
+
 @given(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8),
        st.one_of(st.none(), st.integers(1, 8)))
 def test_deepep_never_sends_more_over_the_network_than_all_to_all(nodes, g, k, limit):
