@@ -140,6 +140,9 @@ class ShardSpec(Shard):
     torch_ring: bool = False  # PyTorch's ring attention (ring_merge.py)
     recompute_modules: tuple[str, ...] = ()  # Op.module names re-run before the backward
     cross_entropy: str = "unfused"  # the loss kernels (workload.cross_entropy)
+    # A dropless dispatch gathers its routing counts with NCCL (the "counts" site, moe.py);
+    # DeepEP exchanges them inside its own dispatch (its notify step), not as a collective.
+    counts_gather: bool = True
 
 
 def _comm(name: str, group: str, fwd: str | None, bwd: str | None, nbytes: float,
@@ -185,6 +188,9 @@ def to_unit(program: LayerProgram, spec: ShardSpec) -> Unit:
                 route = "to_experts" if item.kind == "dispatch" else "from_experts"
                 steps += _comm(item.name, "ep", "all_to_all", "all_to_all", item.nbytes,
                                spec.ep, route)
+            case Site(kind="counts"):  # a dropless dispatch's routing counts, forward only
+                if spec.counts_gather:
+                    steps += _comm(item.name, "ep", "all_gather", None, item.nbytes, spec.ep)
             case ContextAttention():
                 steps += _context(item, spec)
             case _:

@@ -31,6 +31,7 @@ from simtrain.workload.cross_entropy import loss_op
 from simtrain.workload.eager import eager_activation, eager_norm, eager_rope
 from simtrain.workload.glu_clamp import expert_bias, glu_clamp
 from simtrain.workload.mla import mla_attention, mla_projections, mla_widths
+from simtrain.workload.moe import token_count_bytes
 from simtrain.workload.ops import (
     ACT_FLOPS,
     ADD_FLOPS,
@@ -68,10 +69,12 @@ class Shard:
 @dataclass(frozen=True, slots=True)
 class Site:
     """Where a split layer communicates: Megatron's "f" (before a column-parallel GEMM) and
-    "g" (after a row-parallel one), MoE's "dispatch" and "combine"; ``nbytes`` per rank."""
+    "g" (after a row-parallel one), MoE's "dispatch" and "combine", and "counts" (a
+    dropless dispatch's all-gather of tokens per expert, ``moe.token_count_bytes``);
+    ``nbytes`` per rank."""
 
     name: str
-    kind: Literal["f", "g", "dispatch", "combine"]
+    kind: Literal["f", "g", "dispatch", "combine", "counts"]
     nbytes: float
 
 
@@ -356,7 +359,10 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
         permute = elementwise(f"{p}.mlp.permute", mr * h, k * mr * h, 0.0, dt)
         unpermute = elementwise(f"{p}.mlp.unpermute", k * mr * h, mr * h, 2.0 * k, dt)
         sort, unsort = local_expert_sort(p, k * mr * h, local, shard.ep, dt)
-        items += [router, permute, Site(f"{p}.mlp.dispatch", "dispatch", moved), *sort,
+        # The router's counts every rank needs to size the dispatch (moe.py), then it.
+        counts = token_count_bytes(cfg, shard.ep)
+        items += [router, *([Site(f"{p}.mlp.counts", "counts", counts)] if counts else [])]
+        items += [permute, Site(f"{p}.mlp.dispatch", "dispatch", moved), *sort,
                   *experts, *unsort, Site(f"{p}.mlp.combine", "combine", moved), unpermute]
         if cfg.shared_expert_ffn_size:
             items += _mlp(cfg, f"{p}.mlp.shared", m, cfg.shared_expert_ffn_size // t, dt)

@@ -105,3 +105,29 @@ def mlp_matmul_flops_per_token(cfg: ModelConfig, layer: int) -> float:
         return 2.0 * gated * h * cfg.ffn_size
     active = cfg.experts_per_token * cfg.expert_ffn_size + (cfg.shared_expert_ffn_size or 0)
     return 2.0 * gated * h * active
+
+
+# Bytes of one routing-count element: Megatron-Core counts tokens per expert as int64
+# (``routing_map.sum(dim=0).long()``, megatron-core 0.16.1 token_dispatcher.py).
+COUNT_BYTES = 8
+
+
+def token_count_bytes(cfg: ModelConfig, ep: int) -> float:
+    """Bytes each EP rank receives in the all-gather of tokens-per-expert counts that a
+    dropless dispatch runs before its all-to-all (0: none is run).
+
+    Megatron-Core's ``MoEAlltoAllTokenDispatcher.preprocess`` (megatron-core 0.16.1
+    ``transformer/moe/token_dispatcher.py``): without ``moe_pad_expert_input_to_capacity``
+    and with ep > 1 every rank gathers every rank's E counts over the EP group
+    (``gather_from_sequence_parallel_region(num_local_tokens_per_expert)``) to size the
+    all-to-all's splits, then waits for them on the host (``cuda_sync_point =
+    "before_ep_alltoall"``). A padded (capacity-factor) dispatch has static splits and
+    skips it; simtrain's capacity factor is taken as padded. The all-gather's output is
+    ep·E counts of ``COUNT_BYTES`` (nccl-tests' size convention). torchtitan's EP
+    exchanges the same counts with an all-to-all before its dispatch (torchtitan 0.1.0
+    ``experiments/deepseek_v3/model.py``), of the same latency; DeepEP inside its own
+    dispatch (``ShardSpec.counts_gather``).
+    """
+    if not cfg.is_moe or ep <= 1 or cfg.capacity_factor is not None:
+        return 0.0
+    return float(COUNT_BYTES * cfg.num_experts * ep)

@@ -93,8 +93,9 @@ def test_lowered_all_to_alls_carry_each_rank_s_bytes():
 def test_balanced_routing_keeps_the_plain_all_to_all():
     s = _moe(0.0)
     graph = build_graph(s, build_cluster(s.cluster))
-    ops = {t.comm.op for t in graph.tasks if t.kind == "ep_comm"}
-    assert ops == {"all_to_all"}
+    ops = {t.comm.op for t in graph.tasks
+           if t.kind == "ep_comm" and not t.name.endswith(".counts")}
+    assert ops == {"all_to_all"}  # the routed tokens' (the counts' all-gather aside)
 
 
 def _dispatch_s(result):
@@ -113,13 +114,16 @@ def test_the_hot_rank_s_receive_sets_the_all_to_all_time():
 
 
 def test_imbalance_slows_the_step_and_capacity_claws_it_back():
-    even, skew, capped = (simulate(_moe(i, cf=cf)).summary["step_time_s"]
-                          for i, cf in ((0.0, None), (0.3, None), (0.3, 1.0)))
+    even, skew, capped, padded = (simulate(_moe(i, cf=cf)).summary["step_time_s"]
+                                  for i, cf in ((0.0, None), (0.3, None), (0.3, 1.0),
+                                                (0.0, 1.0)))
     assert even < skew
     # cf 1.0 drops every token over the mean: the hot rank computes the mean load and its
     # ingress is back to 3·n/4, so the step and the all-to-alls cost what balanced ones do
-    # (the other ranks compute and send less, but the step waits for the busiest).
-    assert capped == pytest.approx(even, rel=1e-9)
+    # (the other ranks compute and send less, but the step waits for the busiest). A
+    # capacity-padded dispatch gathers no routing counts (moe.token_count_bytes), so the
+    # balanced run to compare with is capped too.
+    assert capped == pytest.approx(padded, rel=1e-9)
     assert _dispatch_s(simulate(_moe(0.3, cf=1.0))) == pytest.approx(
         _dispatch_s(simulate(_moe(0.0))), rel=1e-9)
 
@@ -128,7 +132,8 @@ def test_stage_granularity_adds_the_layers_splits():
     s = _moe(0.3, granularity="stage")
     graph = build_graph(s, build_cluster(s.cluster))
     agg = [t for t in graph.tasks if t.kind == "ep_comm" and 0 in t.ranks
-           and t.meta.get("microbatch") == 0 and t.meta.get("stage") == 0]
+           and t.meta.get("microbatch") == 0 and t.meta.get("stage") == 0
+           and t.comm.op != "all_gather"]  # the stage's routing counts aside
     fwd = agg[0].comm
     assert fwd.op == "all_to_all_v"
     # Forward: dispatch (to) and combine (from) of layers 0 and 1 (hot 0 and 1), summed
@@ -289,6 +294,18 @@ def test_deepep_dispatch_crosses_the_network_once_per_node():
     assert simulate(_two_nodes("deepep", fidelity="explicit")).summary["step_time_s"] == \
         pytest.approx(simulate(_two_nodes("deepep", fidelity="symmetric")).summary[
             "step_time_s"], rel=1e-9)
+
+
+def test_routing_counts_are_an_nccl_all_gather_except_under_deepep():
+    counts = {}
+    for d in ("alltoall", "deepep"):
+        s = _two_nodes(d)
+        counts[d] = [t.comm for t in build_graph(s, build_cluster(s.cluster)).tasks
+                     if t.name == "layers.0.mlp.counts" and 0 in t.ranks]
+    # One forward gather per MoE layer and micro-batch: 16 ranks x 16 int64 counts =
+    # 2,048 bytes (moe.token_count_bytes); DeepEP exchanges them in its dispatch.
+    assert [(c.op, c.nbytes) for c in counts["alltoall"]] == [("all_gather", 2048.0)]
+    assert counts["deepep"] == []
 
 
 @given(st.integers(1, 8), st.integers(1, 8), st.integers(1, 8),

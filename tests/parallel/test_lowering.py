@@ -104,9 +104,11 @@ def test_moe_all_to_all_and_imbalance_slow_the_step():
     # Dispatch + combine, forward and backward: 4 all-to-alls per MoE layer per microbatch.
     g = build_graph(_scenario({"ep": 4}, model=model),
                     build_cluster(_scenario({"ep": 4}, model=model)))
-    a2a = [t for t in g.tasks if t.kind == "ep_comm" and 0 in t.ranks
-           and t.name.startswith("layers.0.")]
+    ep = [t.name for t in g.tasks if t.kind == "ep_comm" and 0 in t.ranks
+          and t.name.startswith("layers.0.")]
+    a2a = [n for n in ep if not n.endswith(".counts")]
     assert len(a2a) == 4  # one microbatch: 16 sequences / (8 dp x 2)
+    assert ep.count("layers.0.mlp.counts") == 1  # dropless: the routing counts, forward
 
 
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])

@@ -198,3 +198,22 @@ def test_the_sort_wraps_the_local_experts_in_a_layer():
     assert at("layers.0.mlp.dispatch") < at("layers.0.mlp.sort_chunks") < at("layers.0.mlp.fc1")
     assert at("layers.0.mlp.fc2") < at("layers.0.mlp.unsort_chunks") < at("layers.0.mlp.combine")
     assert "layers.0.mlp.sort_chunks" not in _ops(cfg)  # no EP: no second permutation
+
+
+def test_dropless_dispatch_gathers_the_routing_counts_first():
+    from simtrain.workload.layers import Shard, Site, block
+    from simtrain.workload.moe import token_count_bytes
+    q = ModelConfig.from_preset("qwen3-30b-a3b")
+    # Qwen3-30B-A3B on EP 8: each rank's 128 int64 counts, gathered from 8 ranks:
+    # 8 · 128 · 8 B = 8,192 B (megatron-core 0.16.1 MoEAlltoAllTokenDispatcher.preprocess).
+    assert token_count_bytes(q, 8) == 8 * 128 * 8 == 8192
+    assert token_count_bytes(q, 1) == 0.0  # no EP: no all-to-all to size
+    assert token_count_bytes(q.model_copy(update={"capacity_factor": 1.0}), 8) == 0.0
+    cfg = ModelConfig.from_preset("tiny-moe", num_layers=1)
+    items = block(cfg, 0, 1, 64, 2, Shard(ep=2)).items
+    names = [getattr(i, "name", "") for i in items]
+    at = names.index
+    assert at("layers.0.mlp.router") < at("layers.0.mlp.counts") < at("layers.0.mlp.permute")
+    site = items[at("layers.0.mlp.counts")]
+    assert isinstance(site, Site) and site.kind == "counts"
+    assert site.nbytes == 8 * cfg.num_experts * 2
