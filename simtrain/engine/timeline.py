@@ -112,8 +112,9 @@ class Timeline:
         self._ref = array("i")
         self._extra: dict[int, Any] = {}  # row -> Span (free form)
         self._comm_meta: dict[int, dict[str, Any]] = {}  # comm task -> its spans' meta
-        self._comm_rows = array("i")  # rows of comm spans, and how long each member waited
-        self._comm_waited = array("d")
+        # rows of comm spans, and when each member arrived (its wait: start - arrival)
+        self._comm_rows = array("i")
+        self._comm_arrived = array("d")
         self._spans: list[Span] | None = None
         # The engine's flow batches as recorded (start, ends, sizes, routes, task): a batch
         # is one list reference each, expanded into FlowRecords when ``flows`` is read.
@@ -146,14 +147,14 @@ class Timeline:
         (start - arrival) is in its meta as "waited_s" when > 0."""
         self._comm_meta.setdefault(task, meta)
         ref = task * 4 + COMM_SPAN
-        rows, waited = self._comm_rows, self._comm_waited
+        rows, arrivals = self._comm_rows, self._comm_arrived
         k = len(ranks)
         if len(arrived) == k:  # every member simulated: the rows in one go per column
             if self._table is not None:
                 self._release()
             row = len(self._rank)
             rows.extend(range(row, row + k))
-            waited.extend([start - arrived[rank] for rank in ranks])
+            arrivals.extend(map(arrived.__getitem__, ranks))
             self._rank.extend(ranks)
             self._start.extend([start] * k)
             self._end.extend([end] * k)
@@ -170,7 +171,7 @@ class Timeline:
             if when is None:
                 continue  # a virtual member: mirrored, not recorded
             rows.append(row)
-            waited.append(start - when)
+            arrivals.append(when)
             add_rank(rank), add_start(start), add_end(end), add_ref(ref)
             row += 1
         self._spans = None
@@ -199,8 +200,8 @@ class Timeline:
         the table under its holder)."""
         if self._table is not None:
             self._table = None
-            self._rank, self._start, self._end = (
-                array(a.typecode, a) for a in (self._rank, self._start, self._end))
+            self._rank = array("i", self._rank)
+            self._start, self._end = array("d", self._start), array("d", self._end)
 
     def record_flows(self, start: float, ends: Sequence[float], sizes: Sequence[float],
                      routes: Sequence[tuple[int, ...]], task: int) -> None:
@@ -242,8 +243,11 @@ class Timeline:
     def spans(self) -> list[Span]:
         """Every span as an object, in timeline order (built once, then cached)."""
         if self._spans is None:
-            waited = {row: w for row, w in zip(self._comm_rows, self._comm_waited, strict=True)
-                      if w > 0}
+            starts, waited = self._start, dict[int, float]()
+            for row, arrival in zip(self._comm_rows, self._comm_arrived, strict=True):
+                w = starts[row] - arrival
+                if w > 0:
+                    waited[row] = w
             self._spans = [self._span(i, waited) for i in range(len(self._rank))]
         return self._spans
 
