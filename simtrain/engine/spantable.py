@@ -187,8 +187,11 @@ class SpanTable:
         found = self._unions.get(key)
         if found is not None:
             return found
-        mask = None if key is None else self.mask(key)
         ranks = self._rank_rows[0]
+        if key is not None and not set(key) & set(self.kinds):  # no span of these kinds
+            found = self._unions[key] = RankIntervals.concat(ranks, [])
+            return found
+        mask = None if key is None else self.mask(key)
         parts = []
         for k0, k1, rows in self._blocks():
             if mask is not None:
