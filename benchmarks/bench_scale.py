@@ -10,7 +10,11 @@ granularity, symmetric) and grows only data parallelism, 8 to 512 replicas (512 
 GPUs), in both network modes: the event count must stay flat; the wall time shows what
 still grows with the cluster (the link table, and the flows of ever wider DP rings).
 
+Each point also splits its CPU seconds into setup (scenario, cluster, fidelity, plan, task
+graph, host issue times), engine (``execute``) and post-processing (the summary).
+
 Usage: python benchmarks/bench_scale.py [--json OUT] [--explicit-limit SECONDS] [--quick]
+                                        [--only POINT ...] [--fidelity symmetric|explicit]
        python benchmarks/bench_scale.py --dp-sweep [--json OUT]
 """
 
@@ -76,17 +80,40 @@ def null_simpy_rate(events: int = 300_000) -> float:
     return events / (time.perf_counter() - start)
 
 
+def _timed(module: Any, name: str, spent: dict[str, float]) -> None:
+    """Wrap ``module.name`` so the CPU seconds of its calls add up in ``spent[name]``."""
+    inner = getattr(module, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0.0) + time.process_time() - start
+    setattr(module, name, wrapper)
+
+
 def _point(spec: dict[str, Any], fidelity: str, queue: Any) -> None:
+    import importlib
+
     from simtrain import load_scenario, simulate
 
+    run = importlib.import_module("simtrain.simulate")  # the module (the package exports
+    spent: dict[str, float] = {}                        # the function of the same name)
+    for name in ("execute", "_summary"):  # this forked process only
+        _timed(run, name, spent)
     overrides = [f"sim.fidelity={fidelity}", "sim.ignore_memory=true"]
     source = ROOT / spec["base"] if "base" in spec else spec
     start, cpu = time.perf_counter(), time.process_time()
     result = simulate(load_scenario(source, overrides))
     wall = time.perf_counter() - start
+    cpu_s = time.process_time() - cpu
     queue.put({
         "wall_s": round(wall, 2),
-        "cpu_s": round(time.process_time() - cpu, 2),  # wall on a shared machine is noise
+        "cpu_s": round(cpu_s, 2),  # wall on a shared machine is noise
+        "setup_cpu_s": round(cpu_s - spent.get("execute", 0.0) - spent.get("_summary", 0.0), 2),
+        "engine_cpu_s": round(spent.get("execute", 0.0), 2),
+        "post_cpu_s": round(spent.get("_summary", 0.0), 2),
         "events": result.timeline.events,
         "events_per_s": round(result.timeline.events / wall),
         "tasks": len(result.graph.tasks),
@@ -150,7 +177,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="symmetric only, up to 4,096")
     parser.add_argument("--dp-sweep", action="store_true",
                         help="grow only data parallelism at a fixed model and plan")
+    parser.add_argument("--only", nargs="+", metavar="POINT",
+                        help=f"run only these points ({', '.join(n for n, _, _ in LADDER)})")
+    parser.add_argument("--fidelity", choices=("symmetric", "explicit"),
+                        help="run only this fidelity")
     args = parser.parse_args()
+    if args.only and not set(args.only) <= {n for n, _, _ in LADDER}:
+        parser.error(f"--only: unknown point(s) "
+                     f"{', '.join(sorted(set(args.only) - {n for n, _, _ in LADDER}))}")
     if args.dp_sweep:
         rows = dp_sweep(args.explicit_limit)
         if args.json:
@@ -159,12 +193,14 @@ def main() -> None:
     rate = null_simpy_rate()
     print(f"raw SimPy null-model rate: {rate:,.0f} events/s")
     print(f"{'point':<13}{'fidelity':<11}{'tasks':>9}{'events':>11}{'wall s':>9}{'CPU s':>9}"
+          f"{'setup':>7}{'engine':>8}{'post':>7}"
           f"{'events/s':>11}{'vs SimPy':>9}{'RSS MiB':>9}{'step s':>9}")
     rows = []
     for name, gpus, spec in LADDER:
-        if args.quick and gpus > 4096:
+        if args.quick and gpus > 4096 or args.only and name not in args.only:
             continue
-        for fidelity in ("symmetric",) if args.quick else ("symmetric", "explicit"):
+        fidelities = ("symmetric",) if args.quick else ("symmetric", "explicit")
+        for fidelity in (args.fidelity,) if args.fidelity else fidelities:
             row = {"point": name, "gpus": gpus, "requested": fidelity,
                    **run_point(spec, fidelity, args.explicit_limit)}
             rows.append(row)
@@ -172,7 +208,8 @@ def main() -> None:
                 print(f"{name:<13}{fidelity:<11}{row['skipped']:>40}")
                 continue
             print(f"{name:<13}{row['fidelity']:<11}{row['tasks']:>9,}{row['events']:>11,}"
-                  f"{row['wall_s']:>9}{row['cpu_s']:>9}{row['events_per_s']:>11,}"
+                  f"{row['wall_s']:>9}{row['cpu_s']:>9}{row['setup_cpu_s']:>7}"
+                  f"{row['engine_cpu_s']:>8}{row['post_cpu_s']:>7}{row['events_per_s']:>11,}"
                   f"{row['events_per_s'] / rate:>9.0%}{row['peak_rss_mib']:>9}"
                   f"{row['step_time_s']:>9}")
     if args.json:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.engine.sim import SimulationDeadlock, execute, stalled_timeline
-from simtrain.engine.spantable import length, overlap
+from simtrain.engine.spantable import overlaps
 from simtrain.engine.taskgraph import TaskGraph, TaskGraphError
 from simtrain.engine.timeline import (
     COMM_KINDS,
@@ -241,20 +241,20 @@ def step_breakdown(timeline: Timeline,
     """
     step = timeline.end
     table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
-    by_rank = table.by_rank()
+    ranks = table.ranks()  # every rank's unions at once (SpanTable.unions)
+    w = [weights.get(rank, 1) if weights else 1 for rank in ranks]
     exposed: dict[str, float] = {k: 0.0 for k in COMM_KINDS}
     bubble = 0.0
-    is_compute = table.mask(COMPUTE_KINDS)
-    of_kind = {kind: table.mask((kind,)) for kind in COMM_KINDS}
-    for rank, rows in by_rank.items():
-        w = weights.get(rank, 1) if weights else 1
-        compute = table.merged(rows[is_compute[rows]])
-        bubble += w * (step - length(table.merged(rows)))
-        for kind in COMM_KINDS:
-            comm = table.merged(rows[of_kind[kind][rows]])
-            if len(comm[0]):
-                exposed[kind] += w * (length(comm) - overlap(comm, compute))
-    n = max(sum(weights.get(r, 1) for r in by_rank) if weights else len(by_rank), 1)
+    for wk, busy in zip(w, table.unions().lengths(), strict=True):
+        bubble += wk * (step - busy)
+    compute = table.unions(COMPUTE_KINDS)
+    for kind in COMM_KINDS:  # each kind's sum over ranks in rank order, as per rank
+        comm = table.unions((kind,))
+        for wk, n_comm, busy, hidden in zip(w, comm.counts(), comm.lengths(),
+                                            overlaps(comm, compute), strict=True):
+            if n_comm:
+                exposed[kind] += wk * (busy - hidden)
+    n = max(sum(w), 1)
     bubble_s = bubble / n
     return {
         "exposed_comm_by_kind": {k: v / n for k, v in exposed.items() if v > 0},
@@ -408,9 +408,9 @@ def host_seconds(timeline: Timeline, weights: Mapping[int, int] | None = None) -
     """Mean seconds per rank the GPUs waited for the host to issue kernels (simulated ranks
     weighted by the ranks they stand for when ``weights`` are given)."""
     table = timeline.columns()
-    is_host = table.mask(("host",))
-    waits = {rank: sum((table.end[r] - table.start[r]).tolist())
-             for rank, rows in table.by_rank().items() for r in [rows[is_host[rows]]]}
+    waits = dict(zip(table.ranks(), table.sums(table.mask(("host",)),
+                                               lambda r: table.end[r] - table.start[r]),
+                     strict=True))
     if weights:
         total = sum(weights.get(rank, 1) * w for rank, w in waits.items())
         return total / max(sum(weights.get(rank, 1) for rank in waits), 1)

@@ -10,6 +10,7 @@ columns 16 bytes per member.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -35,6 +36,20 @@ class IssueTimes(Mapping[Key, tuple[float, float]]):
         self.graph = graph
         self.count = int(np.count_nonzero(~np.isnan(first)))
         self._members: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def blank(cls, members: int, graph: TaskGraph) -> IssueTimes:
+        """No issue time yet for any of ``members`` members (fill through ``columns``,
+        then set ``count``): the columns are made at their size, with no copy."""
+        out = cls.__new__(cls)
+        out.first, out.last = array("d", [math.nan]) * members, array("d", [math.nan]) * members
+        out.graph, out.count, out._members = graph, 0, None
+        return out
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Writable numpy views of the first and last columns (they never grow)."""
+        return (np.frombuffer(self.first, dtype=np.float64),
+                np.frombuffer(self.last, dtype=np.float64))
 
     def _names(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(task, rank) of each member and each task's first member (built when asked)."""

@@ -94,7 +94,8 @@ class Timeline:
     for a task reads its stream, kind, name, bytes, FLOPs and meta from the task graph's
     ``tasks`` (a comm span keeps its own meta, a host-issue span is named after its task).
     ``spans`` builds the ``Span`` objects on first use and keeps them until the next span
-    is added; ``columns`` answers the metrics without building any.
+    is added; ``columns`` answers the metrics without building any, over views of the
+    columns (a change after it first copies the columns, as a viewed array cannot grow).
     """
 
     def __init__(self, num_ranks: int, spans: Iterable[Span] = (),
@@ -111,8 +112,9 @@ class Timeline:
         self._ref = array("i")
         self._extra: dict[int, Any] = {}  # row -> Span (free form)
         self._comm_meta: dict[int, dict[str, Any]] = {}  # comm task -> its spans' meta
-        self._comm_rows = array("i")  # rows of comm spans, and how long each member waited
-        self._comm_waited = array("d")
+        # rows of comm spans, and when each member arrived (its wait: start - arrival)
+        self._comm_rows = array("i")
+        self._comm_arrived = array("d")
         self._spans: list[Span] | None = None
         # The engine's flow batches as recorded (start, ends, sizes, routes, task): a batch
         # is one list reference each, expanded into FlowRecords when ``flows`` is read.
@@ -145,18 +147,22 @@ class Timeline:
         (start - arrival) is in its meta as "waited_s" when > 0."""
         self._comm_meta.setdefault(task, meta)
         ref = task * 4 + COMM_SPAN
-        rows, waited = self._comm_rows, self._comm_waited
+        rows, arrivals = self._comm_rows, self._comm_arrived
         k = len(ranks)
         if len(arrived) == k:  # every member simulated: the rows in one go per column
+            if self._table is not None:
+                self._release()
             row = len(self._rank)
             rows.extend(range(row, row + k))
-            waited.extend([start - arrived[rank] for rank in ranks])
+            arrivals.extend(map(arrived.__getitem__, ranks))
             self._rank.extend(ranks)
             self._start.extend([start] * k)
             self._end.extend([end] * k)
             self._ref.extend([ref] * k)
-            self._spans = self._table = None
+            self._spans = None
             return
+        if self._table is not None:
+            self._release()
         add_rank, add_start, add_end, add_ref = (self._rank.append, self._start.append,
                                                  self._end.append, self._ref.append)
         row = len(self._rank)
@@ -165,25 +171,37 @@ class Timeline:
             if when is None:
                 continue  # a virtual member: mirrored, not recorded
             rows.append(row)
-            waited.append(start - when)
+            arrivals.append(when)
             add_rank(rank), add_start(start), add_end(end), add_ref(ref)
             row += 1
-        self._spans = self._table = None
+        self._spans = None
 
     def appenders(self) -> tuple[Any, Any, Any, Any]:
         """The engine's fast path: the ``append`` of the rank, start, end and ref columns
         (ref = task id x 4 + TASK_SPAN or HOST_SPAN). Spans must not be read meanwhile."""
-        self._spans = self._table = None
+        self._release()
+        self._spans = None
         return self._rank.append, self._start.append, self._end.append, self._ref.append
 
     def _row(self, rank: int, start: float, end: float, ref: int, extra: Any) -> None:
+        if self._table is not None:
+            self._release()
         if extra is not None:
             self._extra[len(self._rank)] = extra
         self._rank.append(rank)
         self._start.append(start)
         self._end.append(end)
         self._ref.append(ref)
-        self._spans = self._table = None
+        self._spans = None
+
+    def _release(self) -> None:
+        """Forget the span table; if one was built, the columns it views are replaced by
+        copies (a buffer that is viewed cannot grow, and an in-place sort would change
+        the table under its holder)."""
+        if self._table is not None:
+            self._table = None
+            self._rank = array("i", self._rank)
+            self._start, self._end = array("d", self._start), array("d", self._end)
 
     def record_flows(self, start: float, ends: Sequence[float], sizes: Sequence[float],
                      routes: Sequence[tuple[int, ...]], task: int) -> None:
@@ -197,6 +215,7 @@ class Timeline:
     def sort_by_end(self) -> None:
         """Reorder the rows by end time, ties in recording order (the engine records a
         ready chain's spans before they end)."""
+        self._release()
         end = np.frombuffer(self._end, dtype=np.float64) if len(self._end) else np.zeros(0)
         if len(end) < 2 or bool(np.all(end[1:] >= end[:-1])):
             return
@@ -224,8 +243,11 @@ class Timeline:
     def spans(self) -> list[Span]:
         """Every span as an object, in timeline order (built once, then cached)."""
         if self._spans is None:
-            waited = {row: w for row, w in zip(self._comm_rows, self._comm_waited, strict=True)
-                      if w > 0}
+            starts, waited = self._start, dict[int, float]()
+            for row, arrival in zip(self._comm_rows, self._comm_arrived, strict=True):
+                w = starts[row] - arrival
+                if w > 0:
+                    waited[row] = w
             self._spans = [self._span(i, waited) for i in range(len(self._rank))]
         return self._spans
 
@@ -272,13 +294,15 @@ class Timeline:
 
     def _raw_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                     dict[int, Any]]:
-        """Copies of the rank (int32), start, end and ref (int32) columns, and the per-row
-        extras (copies: a view would pin the recording arrays' buffers)."""
-        def col(a: array, dtype: type) -> np.ndarray:
-            return np.frombuffer(a, dtype=a.typecode).astype(dtype) if len(a) else \
-                np.zeros(0, dtype)
-        return (col(self._rank, np.int32), col(self._start, np.float64),
-                col(self._end, np.float64), col(self._ref, np.int32), self._extra)
+        """Read-only views of the rank (int32), start, end and ref (int32) columns, and the
+        per-row extras. The views pin the columns: only ``columns`` may ask, as every
+        change first ``_release``s the table it builds."""
+        def col(a: array) -> np.ndarray:
+            view = np.frombuffer(a, dtype=a.typecode) if len(a) else np.zeros(0, a.typecode)
+            view.flags.writeable = False
+            return view
+        return (col(self._rank), col(self._start), col(self._end), col(self._ref),
+                self._extra)
 
     def __iter__(self) -> Iterator[Span]:
         return iter(self.spans)
@@ -289,7 +313,9 @@ class Timeline:
     @property
     def end(self) -> float:
         """Time the last span ended: the step time when the step starts at 0."""
-        return max(self._end, default=0.0)
+        if not len(self._end):
+            return 0.0
+        return float(np.frombuffer(self._end, dtype=np.float64).max())  # the largest end
 
     def for_rank(self, rank: int) -> list[Span]:
         return [s for s in self.spans if s.rank == rank]

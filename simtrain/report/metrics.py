@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simtrain.engine.spantable import length, overlap
+from simtrain.engine.spantable import overlaps
 from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
 
 
@@ -15,21 +15,16 @@ def rank_breakdown(timeline: Timeline) -> dict[int, dict[str, float]]:
     Busy time is the union of spans (concurrent streams count once); exposed communication
     is communication time during which the rank computes nothing.
     """
-    out: dict[int, dict[str, float]] = {}
     table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
     is_compute, is_comm = table.mask(COMPUTE_KINDS), table.mask(COMM_KINDS)
-    for rank, rows in table.by_rank().items():
-        computes, comms = rows[is_compute[rows]], rows[is_comm[rows]]
-        compute, comm = table.merged(computes), table.merged(comms)
-        comm_s = length(comm)
-        out[rank] = {
-            "compute_s": length(compute),
-            "comm_s": comm_s,
-            "exposed_comm_s": comm_s - overlap(comm, compute),
-            "flops": sum(table.flops[computes].tolist()),
-            "comm_bytes": sum(table.bytes[comms].tolist()),
-        }
-    return out
+    compute, comm = table.unions(COMPUTE_KINDS), table.unions(COMM_KINDS)  # all ranks at once
+    comm_s = comm.lengths()
+    return {rank: {"compute_s": c, "comm_s": m, "exposed_comm_s": m - o, "flops": f,
+                   "comm_bytes": b}
+            for rank, c, m, o, f, b in zip(
+                table.ranks(), compute.lengths(), comm_s, overlaps(comm, compute),
+                table.sums(is_compute, "flops"), table.sums(is_comm, "bytes"),
+                strict=True)}
 
 
 def summarize(

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simtrain.engine.spantable import length
 from simtrain.engine.timeline import SpanKind, Timeline
 
 
@@ -28,15 +27,11 @@ def recompute_share(timeline: Timeline) -> tuple[float, float]:
     """(recompute FLOPs, recompute busy seconds), each a mean over the timeline's ranks."""
     table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
     is_redo = table.mask((SpanKind.RECOMPUTE,))
-    flops: list[float] = []
-    busy: list[float] = []
-    by_rank = table.by_rank()
-    for rows in by_rank.values():
-        redo = rows[is_redo[rows]]
-        if len(redo):
-            flops.append(sum(table.flops[redo].tolist()))
-            busy.append(length(table.merged(redo)))
-    n = max(len(by_rank), 1)
+    redo = table.unions((SpanKind.RECOMPUTE,))  # every rank at once
+    some = [c > 0 for c in redo.counts()]  # ranks that recompute
+    flops = [f for f, yes in zip(table.sums(is_redo, "flops"), some, strict=True) if yes]
+    busy = [b for b, yes in zip(redo.lengths(), some, strict=True) if yes]
+    n = max(len(some), 1)
     return (sum(flops) / n, sum(busy) / n)
 
 

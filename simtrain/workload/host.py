@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simtrain.engine.issue import IssueTimes
+from simtrain.engine.spantable import blocks
 
 if TYPE_CHECKING:
     from simtrain.engine.taskgraph import TaskGraph
@@ -48,6 +49,12 @@ if TYPE_CHECKING:
 # The host share of a step above which a summary calls the step launch-bound: beyond it
 # the GPU waits for the framework more than it would for a typical exposed collective.
 LAUNCH_BOUND_SHARE = 0.10
+
+
+# Members per block of ranks ``issue_times`` works on at once: its temporaries are about
+# 100 bytes a member, so a block costs ~25 MB where an explicit 512-GPU step's 6M members at
+# once cost 470 MB beside the 96 MB the result keeps. A rank is never split.
+ISSUE_BLOCK = 1 << 18
 
 
 def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) -> IssueTimes:
@@ -58,17 +65,17 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
     a task whose (microbatch, chunk, phase) differs from the previous one's opens a
     microbatch step and first costs ``microbatch_s``. The optimizer (kind "optimizer")
     follows a host-GPU synchronisation: it and the rank's later tasks get no issue time.
-    Computed on the graph's columns; each rank's clock is one sequential cumulative sum
-    (h += microbatch, then h += kernels x c), so the floats are those of a loop.
+    Computed on the graph's columns, blocks of ranks at a time; each rank's clock is one
+    sequential cumulative sum (h += microbatch, then h += kernels x c), so the floats are
+    those of a loop.
     """
     if kernel_issue_s < 0 or microbatch_s < 0:
         raise ValueError(f"host costs must be >= 0, got kernel {kernel_issue_s} s, "
                          f"microbatch {microbatch_s} s")
     tid, rank = graph.members()
-    first = np.full(len(tid), np.nan)  # per member (task, rank) in walk order
-    last = np.full(len(tid), np.nan)
+    out = IssueTimes.blank(len(tid), graph)
     if kernel_issue_s == 0 and microbatch_s == 0 or not len(tid):
-        return IssueTimes(first, last, graph)
+        return out
     # per meta: (microbatch step code or -1, kernels); per kind: forward?, optimizer?
     steps: dict[tuple[object, object], int] = {}
     meta_step = np.empty(len(graph.metas), dtype=np.int64)
@@ -80,37 +87,62 @@ def issue_times(graph: TaskGraph, kernel_issue_s: float, microbatch_s: float) ->
         meta_kernels[code] = int(meta.get("kernels", 1))
     forward = np.array([k == "forward" for k in graph.kinds], dtype=bool)
     optimizer = np.array([k == "optimizer" for k in graph.kinds], dtype=bool)
-    order = np.argsort(rank, kind="stable")  # per rank, in task id order
-    by_rank = tid[order]
-    del tid
-    kind = graph.codes("kind")[by_rank]
-    meta = graph.codes("meta")[by_rank]
-    del by_rank
+    task_kind, task_meta = graph.codes("kind"), graph.codes("meta")
+    small = rank.astype(np.int16) if graph.num_ranks <= np.iinfo(np.int16).max else rank
+    order = np.argsort(small, kind="stable").astype(np.int32)  # per rank, task id order
+    del small
+    counts = np.bincount(rank)
+    bounds = np.r_[0, np.cumsum(counts[counts > 0])]  # each rank's first member, in order
+    del counts
+    first, last = out.columns()
+    with np.errstate(invalid="ignore"):
+        for k0, k1 in blocks(bounds, ISSUE_BLOCK):
+            rows = order[int(bounds[k0]):int(bounds[k1])]
+            got_first, got_last = _block_clock(
+                task_kind[tid[rows]], task_meta[tid[rows]], bounds[k0:k1 + 1] - bounds[k0],
+                meta_step, meta_kernels, forward, optimizer, kernel_issue_s, microbatch_s)
+            first[rows], last[rows] = got_first, got_last
+    del first, last
+    out.count = int(np.count_nonzero(~np.isnan(np.frombuffer(out.first, dtype=np.float64))))
+    return out
+
+
+def _block_clock(kind: np.ndarray, meta: np.ndarray, bounds: np.ndarray,
+                 meta_step: np.ndarray, meta_kernels: np.ndarray, forward: np.ndarray,
+                 optimizer: np.ndarray, kernel_issue_s: float,
+                 microbatch_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) issue times of the members of consecutive ranks, given in program
+    order with each rank's first member and the end in ``bounds``: NaN from a rank's
+    optimizer on."""
+    n = len(kind)
     step = meta_step[meta]
-    key = np.where(step >= 0, step * 2 + forward[kind], -1)
+    key = np.where(step >= 0, step * 2 + forward[kind], -1)  # the (microbatch, chunk, phase)
     kernels = meta_kernels[meta]
     del step, meta
-    ranks = rank[order]
-    bounds = np.r_[0, np.flatnonzero(np.diff(ranks)) + 1, len(ranks)]
-    del ranks
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        opt = np.flatnonzero(optimizer[kind[a:b]])
-        stop = a + (int(opt[0]) if len(opt) else b - a)  # synced from the optimizer on
-        if stop == a:
-            continue
-        k = key[a:stop]
-        seen = np.where(k >= 0, np.arange(stop - a), -1)
-        prev = np.maximum.accumulate(seen)  # the last task with a step, up to each
-        before = np.r_[-1, prev[:-1]]
-        opens = (k >= 0) & ((before < 0) | (k != k[np.maximum(before, 0)]))
-        terms = np.empty(2 * (stop - a))
-        terms[0::2] = np.where(opens, microbatch_s, 0.0)
-        terms[1::2] = kernels[a:stop] * kernel_issue_s
-        clock = np.cumsum(terms)  # sequential: h += mb; h += kernels * c
-        where = order[a:stop]
-        first[where] = clock[0::2] + kernel_issue_s
-        last[where] = clock[1::2]
-    return IssueTimes(first, last, graph)
+    lengths = np.diff(bounds)
+    seg_start = np.repeat(bounds[:-1], lengths)  # each member's rank's first member
+    at = np.arange(n)
+    # synced from the optimizer on: a member at or after its rank's first optimizer
+    synced = np.maximum.accumulate(np.where(optimizer[kind], at, -1)) >= seg_start
+    # the last member with a step before each, within its rank (-1: none)
+    prev = np.maximum.accumulate(np.where(key >= 0, at, -1))
+    before = np.r_[-1, prev[:-1]]
+    before[before < seg_start] = -1
+    del prev, at
+    opens = (key >= 0) & ((before < 0) | (key != key[np.maximum(before, 0)]))
+    del before, key
+    terms = np.empty(2 * n)
+    terms[0::2] = np.where(opens, microbatch_s, 0.0)
+    terms[1::2] = kernels * kernel_issue_s
+    del opens, kernels
+    clock = np.full(2 * n, np.nan)
+    # the members before the first sync of each rank: a prefix of the rank's members
+    starts = bounds[:-1]  # every rank has members: no empty segment
+    stops = (starts + np.add.reduceat((~synced).astype(np.int64), starts)).tolist() if n else []
+    for a, stop in zip(starts.tolist(), stops, strict=True):
+        if stop > a:  # sequential: h += mb; h += kernels * c
+            np.cumsum(terms[2 * a:2 * stop], out=clock[2 * a:2 * stop])
+    return clock[0::2] + kernel_issue_s, clock[1::2]
 
 
 def issue_bound_makespan(durations: Sequence[float], kernel_issue_s: float) -> float:

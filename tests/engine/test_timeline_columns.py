@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.engine.timeline import Span, Timeline
@@ -54,3 +55,26 @@ def test_span_table_reads_what_the_span_objects_say() -> None:
     assert table.start.tolist() == [s.start for s in spans]
     assert {r: rows.tolist() for r, rows in table.by_rank().items()} == {0: [1, 4], 1: [0, 2, 3]}
     assert table.by_rank() is table.by_rank()  # computed once
+
+
+def test_a_change_after_columns_leaves_the_table_as_it_was() -> None:
+    t = _timeline()
+    t.sort_by_end()
+    table = t.columns()  # views of the columns: a change must copy them first
+    t.record(1, 3.0, 5.0, 2)
+    t.sort_by_end()
+    assert table.end.tolist() == [1.5, 2.0, 2.0, 2.0, 3.0]
+    assert t.columns().end.tolist() == [1.5, 2.0, 2.0, 2.0, 3.0, 5.0] and t.end == 5.0
+    t.record_comm_group((0, 1), 5.0, 6.0, 1, {"op": "all_reduce"}, {0: 5.0, 1: 5.0})
+    assert len(t.columns().rank) == 8 and len(table.rank) == 5
+
+
+def test_bytes_and_flops_are_read_per_row() -> None:
+    t = _timeline()
+    t.sort_by_end()
+    table = t.columns()
+    # rows: free (5 FLOPs), comm rank 0 and 1 (64 bytes, no FLOPs), host, forward (10 FLOPs)
+    assert table.column("flops", np.array([4, 0])).tolist() == [10.0, 5.0]
+    assert table.column("bytes", np.array([2, 3])).tolist() == [64.0, 0.0]
+    with pytest.raises(ValueError, match="'latency'"):
+        table.column("latency")

@@ -111,3 +111,55 @@ def test_newer_gpus_run_the_same_job_faster(mb: int, seq: int, tp: int, micro: i
                 "parallelism": {"tp": tp, "sp": tp > 1}}
         steps.append(simulate(body).summary["step_time_s"])
     assert steps[0] > steps[1] > steps[2]
+
+
+def _loop_issue_times(g: TaskGraph, c: float, mb_s: float) -> dict[tuple[int, int], tuple]:
+    """The docstring's rules as a plain loop per rank: the reference for the columns."""
+    out: dict[tuple[int, int], tuple] = {}
+    for r in range(g.num_ranks):
+        h, last_key = 0.0, None
+        for t in range(len(g)):
+            if r not in g.ranks(t):
+                continue
+            kind, meta = g.kinds[g.kind[t]], g.meta_of(t)
+            if kind == "optimizer":
+                break
+            mb = meta.get("microbatch")
+            key = None if mb is None else (mb, meta.get("chunk"), kind == "forward")
+            h += mb_s if key is not None and key != last_key else 0.0
+            last_key = key if key is not None else last_key
+            first = h + c
+            h += int(meta.get("kernels", 1)) * c
+            out[(t, r)] = (first, h)
+    return out
+
+
+_tasks = st.lists(st.tuples(st.sampled_from(["forward", "backward", "optimizer", "comm"]),
+                            st.integers(0, 2), st.sampled_from([None, 0, 1, 2]),
+                            st.integers(1, 3), st.integers(0, 1)), max_size=25)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_tasks, st.sampled_from([1, 2, 1 << 18]))
+def test_issue_times_equal_a_loop_per_rank(tasks: list[tuple], block: int) -> None:
+    # Random programs on 3 ranks (collectives over two of them), cut into blocks of ranks
+    # as small as one member: the same floats as the loop, NaN where it gives none.
+    import simtrain.workload.host as host
+
+    g = TaskGraph(3)
+    for kind, rank, mb, kernels, chunk in tasks:
+        meta = {"kernels": kernels} if mb is None else {"microbatch": mb, "chunk": chunk,
+                                                        "kernels": kernels}
+        if kind == "comm":
+            g.collective("all_reduce", (rank, (rank + 1) % 3), 8.0, "ar", kind="dp_comm",
+                         meta=meta)
+        else:
+            g.compute(rank, kind, 1e-3, kind=kind, meta=meta)
+    old = host.ISSUE_BLOCK
+    host.ISSUE_BLOCK = block
+    try:
+        got = issue_times(g, 7e-6, 130e-6)
+    finally:
+        host.ISSUE_BLOCK = old
+    want = _loop_issue_times(g, 7e-6, 130e-6)
+    assert dict(got.items()) == want and len(got) == len(want)
