@@ -119,6 +119,7 @@ class Executor:
         # Per (comm spec, group): the prepared run (simtrain.engine.collective); per
         # (meta, how it ran): the spans' meta.
         self.programs: dict[tuple[int, int], Program] = {}
+        self.program_flows = 0  # flows (plus one per program) the cache holds
         self.metas: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._cursor: dict[tuple[int, str], list[int]] = {}  # stream -> [task at, or -1]
         self.stopped: dict[tuple[int, str], float] = {}  # hung streams: when they stopped

@@ -186,3 +186,24 @@ def test_a_graph_beyond_the_task_limit_is_refused(monkeypatch):
         g.compute(0, f"t{i}", 1.0)
     with pytest.raises(TaskGraphError, match="exceeds 3 tasks"):
         g.compute(0, "one too many", 1.0)
+
+
+def test_emptying_the_program_cache_changes_no_span(monkeypatch):
+    # A prepared program is a pure function of (spec, group): rebuilding it after the cache
+    # is emptied (here before every collective: a bound of one flow) gives the same step,
+    # span for span, as keeping every program (pp_1f1b, explicit: p2p, TP and DP groups).
+    from pathlib import Path
+
+    from simtrain import load_scenario, simulate
+    from simtrain.engine import collective
+
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "pp_1f1b.yaml"
+
+    def spans():
+        s = load_scenario(path, ["sim.fidelity=explicit"])
+        return [(sp.rank, sp.name, sp.start, sp.end) for sp in simulate(s).timeline.spans]
+
+    kept = spans()
+    monkeypatch.setattr(collective, "_PROGRAM_FLOWS", 1)
+    monkeypatch.setattr(collective, "_METAS", 1)
+    assert spans() == kept
