@@ -315,13 +315,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     from suite_sources import SPECS_MEGATRON  # benchmarks/ is the script's folder
+    from suite_sources_bridge import SPECS_BRIDGE
     from suite_sources_other import SPECS_OTHER
 
     data = YAML(typ="safe").load((args.reference / "measured_runs.yaml").read_text())
     shapes = {k.split(" (")[0]: v for k, v in data["model_shapes"]["models"].items()}
     shapes = {**EXTRA_SHAPES, **shapes}
     by_name = {s["suite"]: s for s in data["suites"]}
-    for spec in [*SPECS_MEGATRON, *SPECS_OTHER]:
+    for spec in [*SPECS_MEGATRON, *SPECS_BRIDGE, *SPECS_OTHER]:
         source = by_name[spec.source]
         rows = spec.rows(source, shapes)
         for row in rows:

@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import suite_sources  # noqa: E402  (benchmarks/ is a script folder, not a package)
+import suite_sources_bridge  # noqa: E402
 
 
 @pytest.mark.parametrize(("row", "ep"), [
@@ -69,4 +70,4 @@ def test_automodel_llama3_70b_needs_its_recompute_to_fit_an_h100():
     ("MXFP8", "26.04", "MXFP8"), ("BF16", "26.06", "BF16"),
 ])
 def test_bridge_fp8_label_from_26_02_is_current_scaling(label, release, ran):
-    assert suite_sources.bridge_run_prec(label, release) == ran
+    assert suite_sources_bridge.bridge_run_prec(label, release) == ran

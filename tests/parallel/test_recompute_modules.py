@@ -15,7 +15,7 @@ from simtrain.workload.memory import layer_activation_bytes
 from simtrain.workload.model import ModelConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import suite_sources  # noqa: E402  (benchmarks/ is a script folder, not a package)
+import suite_sources_bridge  # noqa: E402  (benchmarks/ is a script folder, not a package)
 
 MODULES = ("layernorm", "moe_act")
 
@@ -96,6 +96,6 @@ def test_modules_under_full_recompute_are_refused():
       "gbs": 1280}, None),
 ])
 def test_bridge_rows_take_the_recipe_recompute(row, modules):
-    got = suite_sources.bridge_recompute(row, "BF16").get("recompute_modules")
+    got = suite_sources_bridge.bridge_recompute(row, "BF16").get("recompute_modules")
     assert got == modules
-    assert suite_sources.bridge_recompute(row, "MXFP8") == {}
+    assert suite_sources_bridge.bridge_recompute(row, "MXFP8") == {}
