@@ -7,7 +7,7 @@ lines written into the suite file.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,9 @@ MEGATRON_CHOICES = [
     "(tp-cp-ep-dp-pp: pipeline outermost, EP inside DP); sim.granularity layer keeps the",
     "bucket-by-bucket overlap of the reductions with backward.",
 ]
+# The same choices for sources whose recipes reduce gradients in bf16 (NeMo 2, Bridge).
+MEGATRON_CHOICES_BF16 = [c.replace("fp32 gradient reduction", "bf16 gradient reduction")
+                         for c in MEGATRON_CHOICES]
 
 
 @dataclass
@@ -162,6 +165,16 @@ def layout_needs(par: dict[str, Any]) -> list[str]:
     return out
 
 
+def variants(rows: list[dict[str, Any]]
+             ) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """Each published row as (row, "", row), then, where it has a parenthesised ``alt``
+    run, (row, "alt", row with the alt's fields applied)."""
+    for r in rows:
+        yield r, "", r
+        if r.get("alt"):
+            yield r, "alt", {**r, **r["alt"]}
+
+
 def unique(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Suffix repeated ids with -2, -3, ... (rows whose configs print the same)."""
     seen: dict[str, int] = {}
@@ -214,22 +227,19 @@ def nemo_long_sequence(source: dict[str, Any], shapes: Shapes) -> list[dict[str,
 
 def nemo2_docs(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
     rows = []
-    for r in source["rows"]:
-        for variant, cfg in (("", r), ("alt", {**r, **(r.get("alt") or {})})):
-            if variant and not r.get("alt"):
-                continue
-            if cfg.get("tok_s_gpu") is None:
-                continue
-            rows.append(make_row(
-                rid=slug(cfg["rel"], cfg["sys"].replace("DGX-", ""), cfg["model"],
-                         f"{cfg['gpus']}gpu", variant),
-                src=r if not variant else {"alt_of": slug(r["rel"], r["model"]), **r["alt"]},
-                published={"tokens_per_s_per_gpu": cfg["tok_s_gpu"]}, model=cfg["model"],
-                shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
-                gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
-                vp=cfg["vp"], ep=cfg["ep"], dp=None, fsdp=bool(cfg.get("fsdp")),
-                prec=_nemo2_prec(cfg["rel"], bool(variant)),
-                compute={"cross_entropy": _nemo2_loss(cfg["rel"])}))
+    for r, variant, cfg in variants(source["rows"]):
+        if cfg.get("tok_s_gpu") is None:
+            continue
+        rows.append(make_row(
+            rid=slug(cfg["rel"], cfg["sys"].replace("DGX-", ""), cfg["model"],
+                     f"{cfg['gpus']}gpu", variant),
+            src=r if not variant else {"alt_of": slug(r["rel"], r["model"]), **r["alt"]},
+            published={"tokens_per_s_per_gpu": cfg["tok_s_gpu"]}, model=cfg["model"],
+            shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
+            gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
+            vp=cfg["vp"], ep=cfg["ep"], dp=None, fsdp=bool(cfg.get("fsdp")),
+            prec=_nemo2_prec(cfg["rel"], bool(variant)),
+            compute={"cross_entropy": _nemo2_loss(cfg["rel"])}))
     return unique(rows)
 
 
@@ -334,8 +344,7 @@ SPECS_MEGATRON = [
                   "ring attention (NeMo's p2p cp_comm_type); B200 rows use gpus_in_first_version",
                   "(= tp*cp*dp, the source's doubt)."]),
     SuiteSpec("nemo2-docs", "nemo2_docs_pages_partial", "", nemo2_docs,
-              choices=[c.replace("fp32 gradient reduction", "bf16 gradient reduction")
-                       for c in MEGATRON_CHOICES] + [
+              choices=MEGATRON_CHOICES_BF16 + [
                   "Compared in tokens/s/GPU. Rows with alt: the parenthesised run as its own",
                   "row (id ...-alt) with the differing fields applied. Gradients in bf16",
                   "(ddp.grad_dtype): NeMo's performance recipes set grad_reduce_in_fp32",

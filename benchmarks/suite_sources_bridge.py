@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite_sources import MEGATRON_CHOICES, Shapes, SuiteSpec, make_row, slug, unique
+from suite_sources import (
+    MEGATRON_CHOICES_BF16,
+    Shapes,
+    SuiteSpec,
+    make_row,
+    slug,
+    unique,
+    variants,
+)
 
 # From 26.02 the Bridge tables print four labels, BF16, FP8, MXFP8, NVFP4 (25.11: FP8-CS,
 # FP8-MX), the four of megatron_bridge 0.6.2's ``perf_recipes/_common.py`` ``_perf_precision``
@@ -37,35 +45,32 @@ def _bridge_prec(cfg: dict[str, Any], alt: bool) -> str:
 
 def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
     rows = []
-    for r in source["rows"]:
-        for variant, cfg in (("", r), ("alt", {**r, **(r.get("alt") or {})})):
-            if variant and not r.get("alt"):
-                continue
-            prec = _bridge_prec(cfg, bool(variant))
-            needs, training, extra = [], {}, {}
-            if cfg.get("task") == "lora":  # 26.06 LoRA rows: frozen base weights, no wgrad
-                training["finetune"] = "lora"
-                needs.append("LoRA fine-tuning (frozen base weights)")
-            if "Kimi" in cfg["model"]:
-                training["optimizer"] = "muon"
-                needs.append("Muon optimizer")
-            if "w/ MTP" in cfg["model"]:
-                extra["mtp_layers"] = 1
-                needs.append("multi-token prediction")
-            tag = "superseded" if r.get("superseded") else ""
-            rows.append(make_row(
-                rid=slug(cfg["rel"], cfg["sys"].replace("DGX-", ""), cfg["model"], prec,
-                         f"{cfg['gpus']}gpu", variant, tag),
-                src=r if not variant else {"alt_of": slug(r["rel"], r["sys"], r["model"]),
-                                           **r["alt"]},
-                published={"tokens_per_s_per_gpu": cfg["tok_s_gpu"]}, model=cfg["model"],
-                shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
-                gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
-                vp=cfg.get("vp"), ep=cfg.get("ep"), fsdp=bool(cfg.get("fsdp")),
-                prec=bridge_run_prec(prec, str(cfg["rel"])),
-                training=training, model_extra=extra, needs=needs,
-                par={**BRIDGE_DDP, **bridge_recompute(cfg, prec)},
-                compute={"cross_entropy": bridge_loss(cfg)}))
+    for r, variant, cfg in variants(source["rows"]):
+        prec = _bridge_prec(cfg, bool(variant))
+        needs, training, extra = [], {}, {}
+        if cfg.get("task") == "lora":  # 26.06 LoRA rows: frozen base weights, no wgrad
+            training["finetune"] = "lora"
+            needs.append("LoRA fine-tuning (frozen base weights)")
+        if "Kimi" in cfg["model"]:
+            training["optimizer"] = "muon"
+            needs.append("Muon optimizer")
+        if "w/ MTP" in cfg["model"]:
+            extra["mtp_layers"] = 1
+            needs.append("multi-token prediction")
+        tag = "superseded" if r.get("superseded") else ""
+        rows.append(make_row(
+            rid=slug(cfg["rel"], cfg["sys"].replace("DGX-", ""), cfg["model"], prec,
+                     f"{cfg['gpus']}gpu", variant, tag),
+            src=r if not variant else {"alt_of": slug(r["rel"], r["sys"], r["model"]),
+                                       **r["alt"]},
+            published={"tokens_per_s_per_gpu": cfg["tok_s_gpu"]}, model=cfg["model"],
+            shapes=shapes, seq=cfg["seq"], system=cfg["sys"], gpus=cfg["gpus"],
+            gbs=cfg["gbs"], mbs=cfg["mbs"], tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"],
+            vp=cfg.get("vp"), ep=cfg.get("ep"), fsdp=bool(cfg.get("fsdp")),
+            prec=bridge_run_prec(prec, str(cfg["rel"])),
+            training=training, model_extra=extra, needs=needs,
+            par={**BRIDGE_DDP, **bridge_recompute(cfg, prec)},
+            compute={"cross_entropy": bridge_loss(cfg)}))
     return unique(rows)
 
 
@@ -106,8 +111,7 @@ BRIDGE_DDP: dict[str, Any] = {"ddp": {"check_for_nan_in_grad": False, "grad_dtyp
 
 SPECS_BRIDGE = [
     SuiteSpec("megatron-bridge", "megatron_bridge_perf_summary", "", megatron_bridge,
-              choices=[c.replace("fp32 gradient reduction", "bf16 gradient reduction")
-                       for c in MEGATRON_CHOICES] + [
+              choices=MEGATRON_CHOICES_BF16 + [
                   "Compared in tokens/s/GPU (the published TFLOP/s count causal attention).",
                   "FP8 from 26.02 is current scaling (Bridge 0.6.2's perf precisions).",
                   "25.09 rows print no precision: FP8, their parenthesised run a finer",
