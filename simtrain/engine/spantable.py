@@ -4,8 +4,8 @@ The step metrics ask, per rank, for the union of its compute spans, of each comm
 kind, of everything, and how much two unions overlap. Asked of per-span objects that is a
 sort of tuples and a Python loop per question; here the merging and the pairing of
 intervals are array operations, and only the final sums run in Python, left to right over
-the same terms as ``merge_intervals`` / ``overlap_length``, so the results are the same to
-the last bit.
+the same terms as ``timeline.merge_intervals`` / ``union_length`` / ``overlap_length``, so
+the results are the same to the last bit (tests/engine/test_spantable_ranks.py).
 
 The per-rank forms (``SpanTable.unions``, ``SpanTable.sums``, ``RankIntervals.lengths``,
 ``overlaps``) answer a question for every rank at once: ranks are segments of one array,
@@ -181,7 +181,7 @@ class SpanTable:
 
     def unions(self, kinds: Iterable[str] | None = None) -> RankIntervals:
         """Per rank (``ranks()`` order), the sorted, disjoint union of its spans of
-        ``kinds`` (None: all): ``merged`` of each rank's rows, all ranks at once (kept:
+        ``kinds`` (None: all): ``merge_intervals`` of each rank's rows, all ranks at once (kept:
         the metrics ask for some twice)."""
         key = None if kinds is None else tuple(kinds)
         found = self._unions.get(key)
@@ -219,49 +219,6 @@ class SpanTable:
             kept = np.r_[0, np.cumsum(keep)][bounds[k0:k1 + 1] - bounds[k0]].tolist()
             out.extend(sum(got[kept[k]:kept[k + 1]]) for k in range(k1 - k0))
         return out
-
-    def merged(self, rows: np.ndarray) -> Intervals:
-        """Sorted, disjoint union of the spans ``rows`` (touching intervals merge)."""
-        return merge(self.start[rows], self.end[rows])
-
-
-def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
-    """``merge_intervals`` on arrays: sort by (start, end), then a new interval begins
-    where a start exceeds every end before it."""
-    if not len(starts):
-        return np.zeros(0), np.zeros(0)
-    order = np.lexsort((ends, starts))
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    begins = np.empty(len(s), dtype=bool)
-    begins[0] = True
-    begins[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(begins)
-    last = np.r_[first[1:], len(s)] - 1
-    return s[first], reach[last]
-
-
-def length(intervals: Intervals) -> float:
-    """Total length of disjoint intervals, summed left to right as ``union_length``."""
-    return sum((intervals[1] - intervals[0]).tolist())
-
-
-def overlap(a: Intervals, b: Intervals) -> float:
-    """``overlap_length`` on arrays: the pieces where an interval of ``a`` meets one of
-    ``b`` (each pair found by binary search), summed in time order."""
-    (a_s, a_e), (b_s, b_e) = a, b
-    if not len(a_s) or not len(b_s):
-        return 0.0
-    lo = np.searchsorted(b_e, a_s, side="right")  # first b ending after a starts
-    hi = np.searchsorted(b_s, a_e, side="left")  # b's starting before a ends
-    count = np.maximum(hi - lo, 0)
-    if not count.any():
-        return 0.0
-    ai = np.repeat(np.arange(len(a_s)), count)
-    offsets = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-    bi = np.repeat(lo, count) + offsets
-    piece = np.minimum(a_e[ai], b_e[bi]) - np.maximum(a_s[ai], b_s[bi])
-    return sum(piece[piece > 0].tolist())
 
 
 def _no_tasks(_name: str) -> np.ndarray:
@@ -326,7 +283,7 @@ class RankIntervals:
         return np.diff(self.bounds).tolist()
 
     def lengths(self) -> list[float]:
-        """``length`` of each rank's intervals (left to right, as ``union_length``)."""
+        """Each rank's total length, summed left to right (as ``union_length``)."""
         out: list[float] = []
         for k0, k1 in blocks(self.bounds, BLOCK_ROWS):
             a, b = int(self.bounds[k0]), int(self.bounds[k1])
@@ -344,7 +301,7 @@ class RankIntervals:
 
 def merge_by_rank(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                   ranks: np.ndarray) -> RankIntervals:
-    """``merge`` of each rank's intervals (``starts[i] <= ends[i]``), for every rank of
+    """``merge_intervals`` of each rank's intervals (``starts[i] <= ends[i]``), for every rank of
     ``ranks`` (ascending; a superset of ``rank``'s values, those without intervals get
     none) at once.
 
@@ -352,7 +309,7 @@ def merge_by_rank(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     are sorted so first): interval i closes a piece when every later interval of its rank
     starts after it ends (a running minimum of the starts from the right); the piece runs
     from that minimum at its first interval to its last interval's end. These are the
-    pieces, and the floats, of ``merge``'s walk by start.
+    pieces, and the floats, of ``merge_intervals``' walk by start.
     """
     n = len(starts)
     if not n:
@@ -377,7 +334,7 @@ def merge_by_rank(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray,
 
 
 def overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
-    """``overlap`` of a's and b's intervals, rank by rank (the same ranks in both)."""
+    """``overlap_length`` of a's and b's intervals, rank by rank (the same ranks in both)."""
     assert len(a.ranks) == len(b.ranks), "overlaps: a and b cover different ranks"
     out: list[float] = []
     for k0, k1 in blocks(a.bounds + b.bounds, BLOCK_ROWS):
@@ -401,6 +358,5 @@ def _overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
     got = piece[keep].tolist()
     pieces = np.r_[0, np.cumsum(count)][a.bounds]  # each rank's first piece, and the end
     kept = np.r_[0, np.cumsum(keep)][pieces].tolist()
-    pieces_l, na_l, nb_l = pieces.tolist(), na.tolist(), nb.tolist()
-    return [0.0 if not na_l[j] or not nb_l[j] or pieces_l[j] == pieces_l[j + 1]
-            else sum(got[kept[j]:kept[j + 1]]) for j in range(k)]
+    # from 0.0, as overlap_length: a rank without a piece gets 0.0
+    return [sum(got[kept[j]:kept[j + 1]], 0.0) for j in range(k)]
