@@ -32,8 +32,10 @@ that file):
   compute capability > 80 with bw < 50 and more than 4 channels (floats 25.0, 50.0 at
   0x192f78/0x192f7c).
 
-The tree graph is searched with minChannels = maxChannels = the ring's count (init.cc;
-``ncclTopoCompareGraphs`` 0x981b3 rejects fewer), so both get the same channels.
+The tree graph is searched with minChannels = maxChannels = the ring's count
+(``initTransportsRank`` 0x6c5d6; ``ncclTopoCompareGraphs`` 0x981b3 rejects fewer), so both
+get the same channels; at run time ``ncclTopoPostset`` runs each graph channel twice,
+capped at 64 channels (0xb0504), which changes no total.
 """
 
 from __future__ import annotations
