@@ -82,7 +82,9 @@ src = "CoreWeave nccl-tests README 'Expected Performance', coreweave/nccl-tests@
 # no P2C path type, so that path is PHB and LL128 is off for the multi-rack ring and tree
 # (2.27+ adds P2C and NCCL_LL128_C2C, default 1 in 2.30.7, which turns it on). LL (capped at
 # llMaxBw across nodes) never wins from 512 MiB, the smallest size here, so Simple is what
-# runs; on one rack NVLS runs Simple anyway.
+# runs; on one rack NVLS runs Simple anyway. Across racks 2.26.2 also runs without GPUDirect
+# RDMA by default (NCCL_NET_GDR_C2C defaults to 0, 1 in 2.30.7; docs/collectives.md round
+# 18): the transfers are staged through Grace memory, which simtrain does not model.
 for key, nodes in (
     ("single_rack_72_gpus", 1),
     ("two_racks_144_gpus", 2),
@@ -97,7 +99,9 @@ for key, nodes in (
             for r in cw["rows"][key]
         ],
         note="NCCL 2.26.2: no LL128 over GB200's C2C-attached NICs (Simple); whether IB "
-        "SHARP was on is not stated (modelled off)",
+        "SHARP was on is not stated (modelled off)"
+        + ("; no GPUDirect RDMA by default (NCCL_NET_GDR_C2C=0), not modelled" if nodes > 1
+           else ""),
         protocol="Simple",
     )
 h = ref["coreweave_h100_64gpu_example"]

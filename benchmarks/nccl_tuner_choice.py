@@ -16,11 +16,14 @@ time = lat + n / algBw with
 
 intraLat is raised to netOverhead (1 us, x3 for Simple) when the call spans nodes; llMaxBw
 by GPU on one node, by host CPU across nodes. B = nChannels x per-channel bandwidth of
-NCCL's topology search: NOT in the reference, taken here as the GPU's NVLink rate at
-topo.h's per-link figure on one or two nodes, and the node's NICs at 0.96 of line rate on
-more. The per-channel caps (perChMax*Bw x nChannels) are left out: they need NCCL's channel
-counts, which no source here gives. This script is a diagnostic: it prints the points
-where the two choices differ and the suite's error under each; simtrain ships its own.
+NCCL's topology search: the GPU's NVLink rate at topo.h's per-link figure on one or two
+nodes, and on more the ring graph of NCCL 2.26.2's search (simtrain.comm.nccl_search: its
+speed table and stopping rule, read from the binary, over the GPU's NVLink total and the
+node's NICs behind the GPU's PCIe at NCCL's 0.75 of line rate, 48 GB/s on Gen5 x16). The
+per-channel caps (perChMax*Bw x nChannels) are left out: their tables differ between NCCL
+2.26.2 and the reference's 2.30.7 (docs/collectives.md, round 18), and not every series
+states its version. This script is a diagnostic: it prints the points where the two
+choices differ and the suite's error under each; simtrain ships its own.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import sys
 
 from simtrain.comm.algorithms import Call
 from simtrain.comm.backends import (
+    _LINK_EFFICIENCY,
     _LL_ROW_BY_CPU,
     _NCCL_BASE,
     _NCCL_HW,
@@ -41,6 +45,7 @@ from simtrain.comm.backends import (
 )
 from simtrain.comm.harness import measured_time
 from simtrain.comm.model import CommModel, busbw_factor
+from simtrain.comm.nccl_search import ring_search
 from simtrain.comm.phases import servers
 from simtrain.comm.validation import DEFAULT_PATH, load_series
 from simtrain.hardware.topology import ClusterConfig, build_cluster
@@ -94,7 +99,8 @@ def main(show_all: bool) -> None:
         ranks = s.ranks or tuple(range(c.num_gpus))
         p, nodes = len(ranks), len({c.server_of(r) for r in ranks})
         b_intra = cfg.effective_nvlink_bandwidth * _NVLINK_EFFICIENCY[arch] / 1e9
-        b_inter = cfg.effective_nics_per_node * cfg.nic_bandwidth * 0.96 / 1e9
+        path = min(cfg.effective_pcie_bandwidth * _LINK_EFFICIENCY["pcie"], cfg.nic_bandwidth)
+        b_inter = ring_search(b_intra, cfg.effective_nics_per_node, path / 1e9, 32).total
         algos = [s.algorithm] if s.algorithm != "auto" else (
             ["ring", "tree"] + ["nvls"] * cfg.effective_nvlink_sharp)
         protos = [s.protocol] if s.protocol != "auto" else list(PROTOCOLS)
