@@ -327,6 +327,8 @@ def mcore_moe(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
                 published={"tflops_per_gpu": tflops}, model=r["model"], shapes=shapes,
                 seq=r["seq"], system="DGX-H100", gpus=r["gpus"], gbs=r["gbs"], mbs=r["mbs"],
                 tp=r["tp"], pp=r["pp"], vp=r["vp"], ep=r["ep"], dp=r["dp_inf"], prec="BF16"))
+    for row in rows:  # Megatron-Core 0.8 and 0.9 have no permute fusion (workload/unpermute.py)
+        row["scenario"]["parallelism"]["moe_unpermute"] = "scatter-sum"
     return unique(rows)
 
 
@@ -369,5 +371,6 @@ SPECS_MEGATRON = [
               mcore_moe, choices=MEGATRON_CHOICES + [
                   "Compared in TFLOP/s per GPU with Megatron-Core's formula (MoE: top-k experts,",
                   "SwiGLU 3/2) over the simulated step. The Mixtral 8x22B mapping publishes no",
-                  "throughput, so it is not a row."]),
+                  "throughput, so it is not a row. MCore v0.8 and v0.9 unpermute unfused",
+                  "(moe_unpermute: scatter-sum; their moe_utils.unpermute)."]),
 ]

@@ -89,7 +89,7 @@ def build_plan(scenario: Scenario, cluster: Cluster, step_micro_batches: int = 0
                      torch_ring=scenario.compute.attention_impl == "fa2",
                      recompute_modules=tuple(par.recompute_modules),
                      cross_entropy=scenario.compute.cross_entropy,
-                     counts_gather=par.moe_dispatcher != "deepep")
+                     counts_gather=par.moe_dispatcher != "deepep", unpermute=par.moe_unpermute)
     b, s, dt = train.micro_batch_size, scenario.seq_len, train.dtype_bytes
     kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
     schedule = make_schedule(kind, dims.pp, m, dims.vpp)

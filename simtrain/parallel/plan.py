@@ -30,6 +30,7 @@ from simtrain.workload.layers import kv_heads_per_rank
 from simtrain.workload.memory import Recompute
 from simtrain.workload.model import ModelConfig
 from simtrain.workload.moe import RECOMPUTE_MODULES
+from simtrain.workload.unpermute import UNPERMUTE_IMPLS
 
 DIMS = ("tp", "cp", "pp", "dp")
 TP_OVERLAP_NEEDS_SP = ("tp_comm_overlap needs sequence parallelism (parallelism.sp: true): "
@@ -72,6 +73,8 @@ class ParallelismConfig(BaseModel):
     # MoE token dispatch: NCCL all-to-all, or DeepEP's node-deduplicated dispatch
     # (one network copy per destination node, forwarded over NVLink; docs/moe.md).
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    moe_unpermute: str = Field("fused", description="the dispatcher's unpermute kernels: "
+                               + ", ".join(UNPERMUTE_IMPLS) + " (workload/unpermute.py)")
     vpp: int = Field(1, gt=0, description="virtual pipeline stages (model chunks) per rank")
     sp: bool = False
     zero: Literal[0, 1, 2, 3] = 0
@@ -103,12 +106,13 @@ class ParallelismConfig(BaseModel):
     ddp: DDPConfig = Field(default_factory=DDPConfig)
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
 
-    @field_validator("cp_algorithm", "schedule")
+    @field_validator("cp_algorithm", "schedule", "moe_unpermute")
     @classmethod
     def _known_name(cls, value: str, info: ValidationInfo) -> str:
-        """A name from its one list (CP algorithms, the schedule registry)."""
-        known, what = ((CP_ALGORITHMS, "cp_algorithm") if info.field_name == "cp_algorithm"
-                       else (SCHEDULES, "pipeline schedule"))
+        """A name from its one list (CP algorithms, the schedule registry, unpermutes)."""
+        known, what = {"cp_algorithm": (CP_ALGORITHMS, "cp_algorithm"),
+                       "moe_unpermute": (UNPERMUTE_IMPLS, "moe_unpermute")}.get(
+                           info.field_name or "", (SCHEDULES, "pipeline schedule"))
         if value not in known:
             raise ValueError(f"unknown {what} {value!r}; use one of {', '.join(known)}")
         return value

@@ -45,6 +45,7 @@ from simtrain.workload.ops import (
     gemm,
     norm,
 )
+from simtrain.workload.unpermute import unpermute_op
 
 if TYPE_CHECKING:  # the builders only read the config (model.py imports this module)
     from simtrain.workload.model import ModelConfig
@@ -60,6 +61,7 @@ class Shard:
     sp: bool = False
     pp: int = 1
     etp: int = 0  # expert tensor parallelism; 0: tp
+    unpermute: str = "fused"  # the dispatcher's unpermute kernels (workload/unpermute.py)
 
     @property
     def expert_tp(self) -> int:
@@ -357,7 +359,7 @@ def block(cfg: ModelConfig, i: int, b: int, s: int, dt: int, shard: Shard) -> La
         # a gather of the mr tokens into k·mr expert-ordered copies before the dispatch,
         # and after the combine their probability-weighted sum back into token order.
         permute = elementwise(f"{p}.mlp.permute", mr * h, k * mr * h, 0.0, dt)
-        unpermute = elementwise(f"{p}.mlp.unpermute", k * mr * h, mr * h, 2.0 * k, dt)
+        unpermute = unpermute_op(f"{p}.mlp.unpermute", shard.unpermute, k, mr, h, dt)
         sort, unsort = local_expert_sort(p, k * mr * h, local, shard.ep, dt)
         # The router's counts every rank needs to size the dispatch (moe.py), then it.
         counts = token_count_bytes(cfg, shard.ep)
