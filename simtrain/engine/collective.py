@@ -90,7 +90,7 @@ def program(ex: Executor, tid: int) -> Program:
                 transfers, weights, members = couple(routes, weights, phase.coupled)
             steps.append(Step(phase.latency, transfers, cap, weights, members,
                               [nb for _, nb in routes], [path for path, _ in routes]))
-    load = ex._load(call, algorithm, protocol, seconds)
+    load = ex._load(call, algorithm, protocol, seconds, spec.sms)
     found = Program(algorithm, protocol, seconds, launch, tuple(steps), load)
     flows = 1 + sum(len(step.transfers) for step in steps)
     if ex.program_flows + flows > _PROGRAM_FLOWS or len(ex.programs) >= _PROGRAMS:

@@ -42,7 +42,7 @@ class InterferenceModel(Protocol):
     (implemented by simtrain.workload.interference.Interference)."""
 
     def load(self, op: str, nbytes: float, nranks: int, protocol: str, algorithm: str,
-             seconds: float) -> tuple[float, float]: ...  # (SM share, HBM share)
+             seconds: float, sms: int = 0) -> tuple[float, float]: ...  # (SM, HBM share)
 
     def rate(self, flops: float, duration: float, sm_share: float,
              hbm_share: float) -> float: ...
@@ -305,9 +305,12 @@ class Executor:
             self.sharing.change(ranks, delta, load)
 
     def _load(self, call: Call, algorithm: str, protocol: str,
-              seconds: float) -> tuple[float, float]:
+              seconds: float, sms: int = 0) -> tuple[float, float]:
         if self.model is None:
             return (0.0, 0.0)
+        if sms:  # not NCCL's kernels: their own SM count (TE userbuffers)
+            return self.model.load(call.op, call.nbytes, len(call.ranks), protocol,
+                                   algorithm, seconds, sms=sms)
         return self.model.load(call.op, call.nbytes, len(call.ranks), protocol, algorithm,
                                seconds)
 

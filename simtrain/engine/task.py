@@ -27,6 +27,9 @@ class CommSpec:
     # Symmetric fidelity: groups that run an identical copy of this collective at the same
     # time without being simulated; copies[k][i] plays the part of ranks[i].
     copies: tuple[tuple[int, ...], ...] = ()
+    # SMs its kernels hold beside compute when they are not NCCL's (TE userbuffers,
+    # simtrain.workload.userbuffers); 0: NCCL's channels (simtrain.workload.interference).
+    sms: int = 0
 
 
 @dataclass(slots=True)

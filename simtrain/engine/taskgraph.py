@@ -283,10 +283,12 @@ class TaskGraph:
         splits: Sequence[Sequence[float]] | None = None,
         copies: Sequence[Sequence[int]] = (),
         meta: Mapping[str, Any] | None = None,
+        sms: int = 0,
     ) -> int:
         """Add a collective ``op`` of ``nbytes`` over ``ranks`` (ranks[0] is the root where one
         is needed); ``splits[i][j]`` gives all-to-all-v's bytes from ranks[i] to ranks[j];
-        ``copies`` are identical unsimulated groups whose traffic shares the network."""
+        ``copies`` are identical unsimulated groups whose traffic shares the network; ``sms``
+        > 0: the SMs its kernels hold (not NCCL's channels, ``CommSpec.sms``)."""
         if op not in COMM_OPS:
             raise TaskGraphError(f"unknown communication op {op!r}; known: {', '.join(COMM_OPS)}")
         if not (math.isfinite(nbytes) and nbytes >= 0):
@@ -315,13 +317,13 @@ class TaskGraph:
         checked = self._copies(name, group, copies)
         # Specs repeat every microbatch: intern them, keyed by the copies' identity (the
         # copies tuple can hold thousands of groups; it is kept alive by _checked_copies).
-        key = (op, nbytes, algorithm, matrix, id(checked))
+        key = (op, nbytes, algorithm, matrix, id(checked), sms)
         comms = self.comms
         code = comms.lookup.get(key)
         if code is None:
             code = comms.lookup[key] = len(comms)
             comms.append(CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix,
-                                  copies=checked))
+                                  copies=checked, sms=sms))
         return self._append(kind, name, self.groups.code(group), stream, 0.0, 0.0, nbytes,
                             deps, code, meta)
 

@@ -129,10 +129,13 @@ class Emitter:
 
     # ---- tasks -----------------------------------------------------------------------
     def coll(self, op: str, group: tuple[int, ...], nbytes: float, name: str, *, kind: str,
-             stream: str, deps: list[int], meta: dict[str, Any] | None = None) -> int:
-        """A collective over ``group`` (with its symmetric copies); returns its task id."""
+             stream: str, deps: list[int], meta: dict[str, Any] | None = None,
+             sms: int = 0) -> int:
+        """A collective over ``group`` (with its symmetric copies); returns its task id.
+        ``sms`` > 0: the SMs its kernels hold instead of NCCL's channels."""
         return self.graph.collective(op, group, nbytes, name, kind=kind, stream=stream,
-                                     deps=deps, meta=meta, copies=self.images.copies(group))
+                                     deps=deps, meta=meta, copies=self.images.copies(group),
+                                     sms=sms)
 
     def p2p(self, src: int, dst: int, nbytes: float, name: str, *, kind: str, stream: str,
             deps: list[int], meta: dict[str, Any] | None = None) -> int:

@@ -219,7 +219,8 @@ class Lowering:
                 case RingAttention():
                     emit_ring(em, stage, t, meta)
                 case TPOverlap():
-                    emit_tp_overlap(em, stage, t, meta, gather=gather, grads=grads)
+                    emit_tp_overlap(em, stage, t, meta, gather=gather, grads=grads,
+                                    impl=self.o.tp_overlap_impl)
                 case ParamGather():
                     emit_param_gather(em, stage, t, meta, unit_starts)
                 case GradScatter():

@@ -37,6 +37,7 @@ from typing import Any
 
 from simtrain.parallel.emit import Emitter
 from simtrain.parallel.templates import Collective, Kernel, Template, TPOverlap
+from simtrain.workload.userbuffers import userbuffers_sms
 
 
 def overlap_tp(templates: list[Template], impl: str = "userbuffers") -> list[Template]:
@@ -115,9 +116,10 @@ def _overlapped(comm: Collective, run: list[Template]) -> TPOverlap:
 
 
 def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any], *,
-                    gather: bool, grads: bool) -> None:
+                    gather: bool, grads: bool, impl: str = "userbuffers") -> None:
     """A TP all-gather or reduce-scatter pipelined with its GEMM run in n = tp chunks, as two
-    pieces per side (module docstring): makespan c/n + (n-1)·max(c, g)/n + g/n."""
+    pieces per side (module docstring): makespan c/n + (n-1)·max(c, g)/n + g/n. Under
+    ``impl`` "userbuffers" the pieces hold TE's SMs (``workload.userbuffers``), not NCCL's."""
     st, g = em.state, em.graph
     c, run = t.comm, t.run
     n = em.dims.tp
@@ -130,6 +132,9 @@ def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any],
     if len(run) > 1:
         gname += "+" + "+".join(p.name.rsplit(".", 1)[-1] for p in run[1:])
     m = {**meta, "tp_overlap_chunks": n}
+    # TE's userbuffers hold their own SM count, not NCCL's channels (workload.userbuffers);
+    # PyTorch's symmetric-memory pipeline keeps the NCCL charge (0).
+    sms = userbuffers_sms(c.op) if impl == "userbuffers" else 0
     big, small = (n - 1) / n, 1 / n
 
     def gemm(r: int, piece: str, frac: float, deps: list[int]) -> int:
@@ -142,9 +147,9 @@ def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any],
         waits = {r: em.param_waits(r, reads) if gather else [] for r in local}
         if c.op == "all_gather":
             fid = em.coll(c.op, grp, c.nbytes * small, f"{c.name} (1/{n})", kind=c.kind,
-                          stream=c.group, deps=deps, meta=m)
+                          stream=c.group, deps=deps, meta=m, sms=sms)
             rest = em.coll(c.op, grp, c.nbytes * big, f"{c.name} (2-{n}/{n})", kind=c.kind,
-                           stream=c.group, deps=[fid], meta=m)
+                           stream=c.group, deps=[fid], meta=m, sms=sms)
             for r in local:
                 main = gemm(r, f"1-{n - 1}", big, [fid, *waits[r]])
                 last = gemm(r, f"{n}", small, [main, rest])
@@ -171,9 +176,9 @@ def emit_tp_overlap(em: Emitter, stage: int, t: TPOverlap, meta: dict[str, Any],
                 after = {r: st.frontier[r] for r in local}
             rs_main = em.coll(c.op, grp, c.nbytes * big, f"{c.name} (1-{n - 1}/{n})",
                               kind=c.kind, stream=c.group, deps=sorted(firsts.values()),
-                              meta=m)
+                              meta=m, sms=sms)
             rs_last = em.coll(c.op, grp, c.nbytes * small, f"{c.name} ({n}/{n})",
                               kind=c.kind, stream=c.group,
-                              deps=sorted({rs_main, *rests.values()}), meta=m)
+                              deps=sorted({rs_main, *rests.values()}), meta=m, sms=sms)
             for r in grp:
                 st.frontier[r] = [rs_last, *after.get(r, [])]

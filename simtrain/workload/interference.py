@@ -87,12 +87,16 @@ class Interference:
     gemm_rate: float  # FLOP/s of a large GEMM (peak x ceiling): sigma's reference
 
     def load(self, op: str, nbytes: float, nranks: int, protocol: str, algorithm: str,
-             seconds: float) -> tuple[float, float]:
-        """(SM share, HBM share) one collective takes while it runs for ``seconds``."""
+             seconds: float, sms: int = 0) -> tuple[float, float]:
+        """(SM share, HBM share) one collective takes while it runs for ``seconds``; ``sms``
+        > 0 is the SMs its kernels hold when they are not NCCL's (TE userbuffers)."""
         if nranks < 2 or seconds <= 0:
             return 0.0, 0.0
-        nc = collective_channels(op, nbytes, nranks, protocol, algorithm, self.channels)
-        sm = nc * self.sms_per_channel / self.num_sms
+        if sms > 0:
+            sm = min(sms, self.num_sms) / self.num_sms
+        else:
+            nc = collective_channels(op, nbytes, nranks, protocol, algorithm, self.channels)
+            sm = nc * self.sms_per_channel / self.num_sms
         bus = nbytes * (1.0 if op == "send_recv" else busbw_factor(op, nranks)) / seconds
         hbm = HBM_FACTOR.get(op, 2.0) * bus / self.hbm_bandwidth
         return sm, hbm
