@@ -1,0 +1,87 @@
+"""What a rank waits for before it reaches a collective, as the executor splits a
+collective's dependencies (``Executor._dep_ids``), for many (collective, rank) at once.
+
+Rank ``r`` of collective ``c`` waits for each dependency ``d`` of ``c`` that ``r`` takes
+part in, and for each that none of ``c``'s ranks does (unless all of ``d``'s ranks are
+virtual); the other ranks' own dependencies are theirs to wait for. Worked out once per
+(collective, dependency), not per rank: a data-parallel all-reduce over 128 ranks has 128
+dependencies, of which each rank waits for one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simtrain.engine.lockstep_layout import StreamLayout, expand
+
+if TYPE_CHECKING:
+    from simtrain.engine.lockstep import _Columns
+
+
+def waited(layout: StreamLayout, columns: _Columns, tids: np.ndarray,
+           ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, count, deps): rank ``ranks[i]`` waits for ``deps[start[i]:start[i] +
+    count[i]]`` before collective ``tids[i]``, in dependency order."""
+    tasks, query = np.unique(tids, return_inverse=True)
+    n = columns.dep_count[tasks]
+    pos = expand(columns.dep_start[tasks], n)  # increasing: dependency order
+    deps = columns.dep_ids[pos]
+    owner = np.repeat(np.arange(len(tasks)), n)
+    code_dep, code_task = layout.gcode[deps], layout.gcode[tasks][owner]
+    full = layout.full_groups
+    fsize = np.fromiter(map(len, full), dtype=np.int64, count=len(full))[code_dep]
+    # specific: (owner, pos, rank) waited for by that rank only; common: (owner, pos)
+    one = np.flatnonzero(fsize == 1)
+    rank = np.fromiter((g[0] for g in full), dtype=np.int64, count=len(full))[code_dep[one]]
+    member = layout.in_full_group(code_task[one], rank)
+    simulated = ~np.isin(rank, np.fromiter(layout.virtual, dtype=np.int64)) \
+        if layout.virtual else np.ones(len(one), dtype=bool)
+    spec = [(owner[one[member & simulated]], pos[one[member & simulated]],
+             rank[member & simulated])]
+    common = [one[~member & simulated]]
+    many = np.flatnonzero(fsize >= 2)
+    if len(many):
+        pair_codes, which = np.unique(code_dep[many] * len(full) + code_task[many],
+                                      return_inverse=True)
+        kept: list[list[int]] = []
+        is_common = np.zeros(len(pair_codes), dtype=bool)
+        for i, code in enumerate(pair_codes.tolist()):
+            dep_ranks, task_ranks = full[code // len(full)], set(full[code % len(full)])
+            if task_ranks.isdisjoint(dep_ranks):
+                is_common[i] = bool(layout.nv_groups[code // len(full)])
+                kept.append([])
+            else:
+                kept.append([r for r in layout.nv_groups[code // len(full)]
+                             if r in task_ranks])
+        common.append(many[is_common[which]])
+        width = np.fromiter(map(len, kept), dtype=np.int64, count=len(kept))[which]
+        flat_kept = np.fromiter((r for k in kept for r in k), dtype=np.int64)
+        kept_start = (np.cumsum([len(k) for k in kept]) - [len(k) for k in kept])[which]
+        idx = np.repeat(many, width)
+        spec.append((owner[idx], pos[idx], flat_kept[expand(kept_start, width)]))
+    s_owner = np.concatenate([s[0] for s in spec])
+    s_pos = np.concatenate([s[1] for s in spec])
+    s_rank = np.concatenate([s[2] for s in spec])
+    order = np.lexsort((s_pos, s_owner * layout.num_ranks + s_rank))
+    s_key = (s_owner * layout.num_ranks + s_rank)[order]
+    s_dep = columns.dep_ids[s_pos[order]]
+    key = query * layout.num_ranks + ranks
+    lo, hi = np.searchsorted(s_key, key), np.searchsorted(s_key, key, side="right")
+    c_idx = np.sort(np.concatenate(common))
+    if not len(c_idx):
+        return lo, hi - lo, s_dep
+    # Merge each query's specific and common dependencies in dependency order.
+    c_owner = owner[c_idx]
+    c_lo = np.searchsorted(c_owner, query)
+    c_hi = np.searchsorted(c_owner, query, side="right")
+    ns, nc = hi - lo, c_hi - c_lo
+    from_s, from_c = expand(lo, ns), expand(c_lo, nc)
+    which_q = np.concatenate([np.repeat(np.arange(len(key)), ns),
+                              np.repeat(np.arange(len(key)), nc)])
+    dep_pos = np.concatenate([s_pos[order][from_s], pos[c_idx][from_c]])
+    values = np.concatenate([s_dep[from_s], deps[c_idx][from_c]])
+    merged = np.lexsort((dep_pos, which_q))
+    count = ns + nc
+    return np.cumsum(count) - count, count, values[merged]
