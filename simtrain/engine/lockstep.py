@@ -40,10 +40,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simtrain.engine.lockstep_deps import compare_columns, member_deps, member_waits, shared_deps
-from simtrain.engine.lockstep_layout import StreamLayout, expand
+from simtrain.engine.lockstep_layout import StreamLayout, column, expand
 
 if TYPE_CHECKING:
     from simtrain.engine.taskgraph import TaskGraph
+
+_CHUNK = 1 << 18  # entries checked at once (a few MiB of arrays)
 
 # Task columns a member task must share with its counterpart (the stream follows from the
 # position: members' streams have the same names and lengths).
@@ -130,41 +132,74 @@ class _Columns:
         used = 63
         for name, size in (("kind", len(graph.kinds)), ("name", len(graph.names)),
                            ("comm", len(graph.comms) + 1), ("meta", len(graph.metas))):
-            column = graph.codes(name).astype(np.int64) + (name == "comm")
+            codes = column(graph, name)
             bits = max(size - 1, 1).bit_length()
             if used + bits > 63:
-                self.words.append(column)
+                self.words.append(codes.astype(np.int64))
                 used = bits
             else:
-                self.words[-1] = (self.words[-1] << bits) | column
+                self.words[-1] <<= bits
+                self.words[-1] |= codes
                 used += bits
-        self.floats = [graph.codes(name) for name in ("duration", "flops", "nbytes")]
-        self.comm = graph.codes("comm")
-        self.dep_start = graph.codes("dep_start")
-        self.dep_ids = graph.codes("dep_ids")
+            if name == "comm":
+                self.words[-1] += 1  # -1 (compute) -> 0
+        self.floats = [column(graph, name) for name in ("duration", "flops", "nbytes")]
+        self.comm = column(graph, "comm")
+        self.dep_start = column(graph, "dep_start")
+        self.dep_ids = column(graph, "dep_ids")
         self.dep_count = np.diff(self.dep_start)
         self.tasks = len(graph)
 
 
 def _check(layout: StreamLayout, columns: _Columns, batch: Sequence[tuple[int, ...]],
            issue: tuple[np.ndarray, np.ndarray] | None) -> list[LockstepGroup | None]:
-    """Each of ``batch``'s disjoint rank groups as a lockstep group, or None."""
+    """Each of ``batch``'s disjoint rank groups as a lockstep group, or None. Checked in
+    chunks of about ``_CHUNK`` entries (arrays that stay in cache), the member
+    collectives' waits once for the batch (a collective may reach every chunk)."""
+    out: list[LockstepGroup | None] = [None] * len(batch)
     if not batch:
-        return []
+        return out
     rows = np.fromiter(chain.from_iterable(batch), dtype=np.int64)
     first = rows[np.repeat(np.cumsum([0, *map(len, batch)])[:-1], list(map(len, batch)))]
     split = (layout.counts[rows] != layout.counts[first]).any(axis=1)
-    if not split.any():
-        return _check_aligned(layout, columns, batch, issue)
     bad = set(np.repeat(np.arange(len(batch)), list(map(len, batch)))[split].tolist())
-    aligned = iter(_check_aligned(layout, columns,
-                                  [b for g, b in enumerate(batch) if g not in bad], issue))
-    return [None if g in bad else next(aligned) for g in range(len(batch))]
+    aligned = [g for g in range(len(batch)) if g not in bad]
+    entries = (layout.length[[batch[g][0] for g in aligned]] *
+               np.fromiter((len(batch[g]) for g in aligned), dtype=np.int64)).tolist()
+    waits: list[list[np.ndarray]] = [[] for _ in range(7)]
+    try:
+        chunk: list[int] = []
+        total = 0
+        for g, n in zip([*aligned, -1], [*entries, 0], strict=True):
+            if chunk and (g < 0 or total + n > _CHUNK):
+                groups = _check_aligned(layout, columns, [batch[c] for c in chunk], issue,
+                                        np.asarray(chunk), waits)
+                for at, group in zip(chunk, groups, strict=True):
+                    out[at] = group
+                chunk, total = [], 0
+            chunk.append(g)
+            total += n
+        if waits[0]:
+            first_tasks, first_ranks, tasks, ranks, where, owners = (
+                np.concatenate(w) for w in waits[:6])
+            offsets = np.cumsum([0, *(len(w) for w in waits[0])])[:-1]
+            where += np.repeat(offsets, [len(w) for w in waits[2]])
+            failed = member_waits(layout, columns, layout.scratch, first_tasks, first_ranks,
+                                  tasks, ranks, where)
+            for g in set(owners[failed].tolist()):
+                out[g] = None
+    finally:
+        for owned in waits[6]:
+            layout.scratch[owned] = False
+    return out
 
 
 def _check_aligned(layout: StreamLayout, columns: _Columns, batch: Sequence[tuple[int, ...]],
-                   issue: tuple[np.ndarray, np.ndarray] | None) -> list[LockstepGroup | None]:
-    """As ``_check``, for groups whose members' streams have equal names and lengths.
+                   issue: tuple[np.ndarray, np.ndarray] | None, index: np.ndarray,
+                   waits: list[list[np.ndarray]]) -> list[LockstepGroup | None]:
+    """As ``_check``, for groups whose members' streams have equal names and lengths, but
+    the member collectives' waits: appended to ``waits`` (with the first members' entries
+    this marks as own, to clear) for ``_check``, ``index`` the groups' places in its batch.
 
     Batch entry arrays: each member's entries in order, members of a group one after
     another (row k for member k); ``ref`` is the first member's entry at the same position.
@@ -190,31 +225,34 @@ def _check_aligned(layout: StreamLayout, columns: _Columns, batch: Sequence[tupl
 
     differ = t != tr  # a member's own task (entries of members 1.. only)
     own = layout.scratch
-    own[ref[differ]] = True
-    try:
-        own_at = own[ref]
-        rest = ref != entry
-        mark(np.flatnonzero(own_at & ~differ & rest))  # shared by some members only
-        many = np.flatnonzero(differ & (layout.count[t] >= 2))
-        if len(many) > 1:  # one task at one position of two members
-            key = ref[many] * columns.tasks + t[many]
-            order = np.argsort(key, kind="stable")
-            key = key[order]
-            mark(many[order[1:][key[1:] == key[:-1]]])
-        compared = np.flatnonzero(differ)
-        compare_columns(layout, columns, compared, entry, ref, t, tr, issue, mark)
-        collective = columns.comm[tr[compared]] >= 0
-        ref_row = ~rest & own_at
-        member_deps(layout, columns, compared[~collective], t, tr, rows, row_of, back,
-                     np.flatnonzero(ref_row & (columns.comm[t] < 0)), own, mark)
-        shared_deps(layout, columns, np.flatnonzero(~rest & ~own_at), t, rows, row_of,
-                     row0, size, group_of_row, own, mark)
-        ones = np.flatnonzero(ref_row & (columns.comm[t] >= 0))
-        member_waits(layout, columns, compared[collective], ones, t, rows, row_of, back,
-                      own, mark)
-        syncs = np.bincount(group_of_row[row_of[ones]], minlength=len(batch))
-    finally:
-        own[ref[differ]] = False
+    owned = ref[differ]
+    own[owned] = True
+    waits[6].append(owned)
+    own_at = own[ref]
+    rest = ref != entry
+    mark(np.flatnonzero(own_at & ~differ & rest))  # shared by some members only
+    many = np.flatnonzero(differ & (layout.count[t] >= 2))
+    if len(many) > 1:  # one task at one position of two members
+        key = ref[many] * columns.tasks + t[many]
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        mark(many[order[1:][key[1:] == key[:-1]]])
+    compared = np.flatnonzero(differ)
+    compare_columns(layout, columns, compared, entry, ref, t, tr, issue, mark)
+    collective = columns.comm[tr[compared]] >= 0
+    ref_row = ~rest & own_at
+    member_deps(layout, columns, compared[~collective], t, tr, rows, row_of, back,
+                 np.flatnonzero(ref_row & (columns.comm[t] < 0)), own, mark)
+    shared_deps(layout, columns, np.flatnonzero(~rest & ~own_at), t, rows, row_of,
+                 row0, size, group_of_row, own, mark)
+    ones = np.flatnonzero(ref_row & (columns.comm[t] >= 0))
+    coll = compared[collective]
+    for pending, values in zip(waits, (
+            t[ones], rows[row_of[ones]], t[coll], rows[row_of[coll]],
+            np.searchsorted(ones, coll - back[row_of[coll]]), index[group_of_row[row_of[coll]]]),
+            strict=False):
+        pending.append(values)
+    syncs = np.bincount(group_of_row[row_of[ones]], minlength=len(batch))
     t.setflags(write=False)
     out: list[LockstepGroup | None] = []
     for g, ranks in enumerate(batch):

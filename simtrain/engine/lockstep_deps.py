@@ -109,31 +109,32 @@ def shared_deps(layout: StreamLayout, columns: _Columns, at: np.ndarray, t: np.n
     mark(at[owner[hit[~found]]])
 
 
-def member_waits(layout: StreamLayout, columns: _Columns, at: np.ndarray,
-                 firsts: np.ndarray, t: np.ndarray, rows: np.ndarray, row_of: np.ndarray,
-                 back: np.ndarray, own: np.ndarray, mark: Mark) -> None:
-    """At member collectives ``t[at]``, each member must wait for the counterparts of
-    what its first member waits for at ``t[firsts]`` (``waited``), in the same order."""
-    if not len(at):
-        return
-    everyone = np.concatenate([firsts, at])
-    start, n, deps = waited(layout, columns, t[everyone].astype(np.int64),
-                            rows[row_of[everyone]])
-    k = len(firsts)
-    start0, n0 = start[:k], n[:k]
-    pos0 = expand(start0, n0)
-    rel = _relative(layout, own, deps[pos0], np.repeat(rows[row_of[firsts]], n0))
-    where = np.searchsorted(firsts, at - back[row_of[at]])
+def member_waits(layout: StreamLayout, columns: _Columns, own: np.ndarray,
+                 first_tasks: np.ndarray, first_ranks: np.ndarray, tasks: np.ndarray,
+                 ranks: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """Which member collectives (``tasks`` on ``ranks``, each at the position of first
+    member collective ``where``) fail: a member must wait for the counterparts of what its
+    first member waits for (``waited``), in the same order."""
+    bad_at = np.zeros(len(tasks), dtype=bool)
+    if not len(tasks):
+        return bad_at
+    start, n, deps = waited(layout, columns,
+                            np.concatenate([first_tasks, tasks]).astype(np.int64),
+                            np.concatenate([first_ranks, ranks]))
+    k = len(first_tasks)
+    n0 = n[:k]
+    pos0 = expand(start[:k], n0)
+    deps0 = deps[pos0]
+    rel = _relative(layout, own, deps0, np.repeat(first_ranks, n0))
     mine_n = n[k:]
-    unequal = mine_n != n0[where]
-    mark(at[unequal])
-    keep = ~unequal
-    at, where, mine_n = at[keep], where[keep], mine_n[keep]
+    bad_at |= mine_n != n0[where]
+    keep = np.flatnonzero(~bad_at)
+    where, mine_n = where[keep], mine_n[keep]
     if not int(mine_n.sum()):
-        return
+        return bad_at
     src = expand((np.cumsum(n0) - n0)[where], mine_n)
-    expected = _counterparts(layout, rel[src], deps[pos0][src],
-                             np.repeat(rows[row_of[at]], mine_n))
+    expected = _counterparts(layout, rel[src], deps0[src], np.repeat(ranks[keep], mine_n))
     actual = deps[expand(start[k:][keep], mine_n)]
     bad = np.flatnonzero(expected != actual)
-    mark(at[np.searchsorted(np.cumsum(mine_n), bad, side="right")])
+    bad_at[keep[np.searchsorted(np.cumsum(mine_n), bad, side="right")]] = True
+    return bad_at

@@ -33,7 +33,7 @@ class StreamLayout:
         self.flat = np.fromiter(chain.from_iterable(nv), dtype=np.int64,
                                 count=int(self.sizes.sum()))
         self.gstart = np.cumsum(self.sizes) - self.sizes
-        self.gcode = graph.codes("group").astype(np.int64)
+        self.gcode = column(graph, "group").astype(np.int64)
         count = self.sizes[self.gcode] if n else np.zeros(0, dtype=np.int64)
         self.count = count  # simulated ranks per task
         self.tstart = np.cumsum(count) - count  # place of each task's first member entry
@@ -48,7 +48,7 @@ class StreamLayout:
         pos = idx + np.repeat(self.gstart[self.gcode] - self.tstart, count)
         key = self.flat[pos] * width
         del pos
-        key += np.repeat(rank_of_name[graph.codes("stream")], count) if n else 0
+        key += np.repeat(rank_of_name[column(graph, "stream")], count) if n else 0
         self.counts = np.bincount(key, minlength=ranks * width).reshape(ranks, width)
         bits = max(total - 1, 1).bit_length()
         if (ranks * width).bit_length() + bits <= 62:  # (key, place) unique: a plain sort
@@ -71,7 +71,11 @@ class StreamLayout:
         self.mkeys, self.midx = self._table(self.sizes, self.flat, multi)
         fsizes = np.fromiter(map(len, full), dtype=np.int64, count=len(full))
         fflat = np.fromiter(chain.from_iterable(full), dtype=np.int64, count=int(fsizes.sum()))
+        self.full_sizes, self.full_flat = fsizes, fflat  # groups with their virtual ranks
+        self.full_start = np.cumsum(fsizes) - fsizes
         self.fkeys, _ = self._table(fsizes, fflat, np.ones(len(fflat), dtype=bool))
+        self.is_virtual = np.zeros(ranks, dtype=bool)
+        self.is_virtual[[r for r in virtual if 0 <= r < ranks]] = True
         self.scratch = np.zeros(total, dtype=bool)  # per entry, cleared after each use
 
     def _table(self, sizes: np.ndarray, flat: np.ndarray,
@@ -110,6 +114,16 @@ class StreamLayout:
             return np.zeros(len(key), dtype=bool)
         at = np.minimum(np.searchsorted(self.fkeys, key), len(self.fkeys) - 1)
         return self.fkeys[at] == key
+
+
+def column(graph: TaskGraph, name: str) -> np.ndarray:
+    """A task column as a read-only numpy view of the graph's array (``TaskGraph.codes``
+    without the copy: the graph must not grow while the view lives)."""
+    values = getattr(graph, name)
+    if not len(values):
+        return graph.codes(name)
+    view = np.frombuffer(values, dtype=values.typecode)
+    return view
 
 
 def expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -30,37 +30,32 @@ def waited(layout: StreamLayout, columns: _Columns, tids: np.ndarray,
     deps = columns.dep_ids[pos]
     owner = np.repeat(np.arange(len(tasks)), n)
     code_dep, code_task = layout.gcode[deps], layout.gcode[tasks][owner]
-    full = layout.full_groups
-    fsize = np.fromiter(map(len, full), dtype=np.int64, count=len(full))[code_dep]
+    fsize = layout.full_sizes[code_dep]
     # specific: (owner, pos, rank) waited for by that rank only; common: (owner, pos)
     one = np.flatnonzero(fsize == 1)
-    rank = np.fromiter((g[0] for g in full), dtype=np.int64, count=len(full))[code_dep[one]]
+    rank = layout.full_flat[layout.full_start[code_dep[one]]]
     member = layout.in_full_group(code_task[one], rank)
-    simulated = ~np.isin(rank, np.fromiter(layout.virtual, dtype=np.int64)) \
-        if layout.virtual else np.ones(len(one), dtype=bool)
+    simulated = ~layout.is_virtual[rank]
     spec = [(owner[one[member & simulated]], pos[one[member & simulated]],
              rank[member & simulated])]
     common = [one[~member & simulated]]
     many = np.flatnonzero(fsize >= 2)
-    if len(many):
-        pair_codes, which = np.unique(code_dep[many] * len(full) + code_task[many],
-                                      return_inverse=True)
-        kept: list[list[int]] = []
-        is_common = np.zeros(len(pair_codes), dtype=bool)
-        for i, code in enumerate(pair_codes.tolist()):
-            dep_ranks, task_ranks = full[code // len(full)], set(full[code % len(full)])
-            if task_ranks.isdisjoint(dep_ranks):
-                is_common[i] = bool(layout.nv_groups[code // len(full)])
-                kept.append([])
-            else:
-                kept.append([r for r in layout.nv_groups[code // len(full)]
-                             if r in task_ranks])
-        common.append(many[is_common[which]])
-        width = np.fromiter(map(len, kept), dtype=np.int64, count=len(kept))[which]
-        flat_kept = np.fromiter((r for k in kept for r in k), dtype=np.int64)
-        kept_start = (np.cumsum([len(k) for k in kept]) - [len(k) for k in kept])[which]
-        idx = np.repeat(many, width)
-        spec.append((owner[idx], pos[idx], flat_kept[expand(kept_start, width)]))
+    if len(many):  # by (dependency's group, collective's group)
+        width = len(layout.full_sizes)
+        pairs, which = np.unique(code_dep[many] * width + code_task[many], return_inverse=True)
+        dep_group, task_group = pairs // width, pairs % width
+        n_ranks = layout.full_sizes[dep_group]
+        pair = np.repeat(np.arange(len(pairs)), n_ranks)
+        ranks_of = layout.full_flat[expand(layout.full_start[dep_group], n_ranks)]
+        inside = layout.in_full_group(task_group[pair], ranks_of)
+        disjoint = np.bincount(pair[inside], minlength=len(pairs)) == 0
+        common.append(many[(disjoint & (layout.sizes[dep_group] > 0))[which]])
+        kept = inside & ~layout.is_virtual[ranks_of]
+        n_kept = np.bincount(pair[kept], minlength=len(pairs))
+        kept_ranks = ranks_of[kept]  # by pair
+        idx = np.repeat(many, n_kept[which])
+        spec.append((owner[idx], pos[idx],
+                     kept_ranks[expand((np.cumsum(n_kept) - n_kept)[which], n_kept[which])]))
     s_owner = np.concatenate([s[0] for s in spec])
     s_pos = np.concatenate([s[1] for s in spec])
     s_rank = np.concatenate([s[2] for s in spec])

@@ -12,6 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simtrain.engine import lockstep
 from simtrain.engine.lockstep import LockstepGroup, lockstep_groups
 from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
@@ -228,10 +229,15 @@ def _random_graph(seed: int) -> tuple[TaskGraph, dict[str, Any]]:
 
 
 @settings(max_examples=150)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_the_vectorised_check_matches_the_oracle_on_random_graphs(seed):
+@given(seed=st.integers(0, 2**32 - 1), chunk=st.sampled_from((1, 8, 1 << 18)))
+def test_the_vectorised_check_matches_the_oracle_on_random_graphs(seed, chunk):
+    # ``chunk``: entries checked at once; small ones split a batch into many chunks.
     g, args = _random_graph(seed)
-    _same(lockstep_groups(g, **args), oracle.lockstep_groups(g, **args))
+    saved, lockstep._CHUNK = lockstep._CHUNK, chunk
+    try:
+        _same(lockstep_groups(g, **args), oracle.lockstep_groups(g, **args))
+    finally:
+        lockstep._CHUNK = saved
 
 
 @settings(max_examples=60)
