@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simtrain.engine.lockstep_deps import compare_columns, member_deps, member_waits, shared_deps
+from simtrain.engine.lockstep_deps import (
+    compare_columns,
+    index_in,
+    member_deps,
+    member_waits,
+    shared_deps,
+)
 from simtrain.engine.lockstep_layout import StreamLayout, column, expand
 
 if TYPE_CHECKING:
@@ -249,7 +255,7 @@ def _check_aligned(layout: StreamLayout, columns: _Columns, batch: Sequence[tupl
     coll = compared[collective]
     for pending, values in zip(waits, (
             t[ones], rows[row_of[ones]], t[coll], rows[row_of[coll]],
-            np.searchsorted(ones, coll - back[row_of[coll]]), index[group_of_row[row_of[coll]]]),
+            index_in(ones, coll - back[row_of[coll]], len(t)), index[group_of_row[row_of[coll]]]),
             strict=False):
         pending.append(values)
     syncs = np.bincount(group_of_row[row_of[ones]], minlength=len(batch))

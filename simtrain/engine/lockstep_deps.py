@@ -40,6 +40,13 @@ def compare_columns(layout: StreamLayout, columns: _Columns, at: np.ndarray,
     mark(at[bad])
 
 
+def index_in(values: np.ndarray, queries: np.ndarray, bound: int) -> np.ndarray:
+    """Each query's index in ``values`` (each query is one of them, all below ``bound``)."""
+    place = np.empty(bound, dtype=np.int64)
+    place[values] = np.arange(len(values))
+    return place[queries]
+
+
 def _relative(layout: StreamLayout, own: np.ndarray, deps: np.ndarray,
               rank0: np.ndarray) -> np.ndarray:
     """Where each of ``deps`` is one of its first member's own tasks (a task with a
@@ -75,7 +82,7 @@ def member_deps(layout: StreamLayout, columns: _Columns, at: np.ndarray, t: np.n
     n0 = count[first_tasks]
     deps = ids[expand(start[first_tasks], n0)]
     rel = _relative(layout, own, deps, np.repeat(rows[row_of[firsts]], n0))
-    where = np.searchsorted(firsts, at - back[row_of[at]])  # each entry's first member's
+    where = index_in(firsts, at - back[row_of[at]], len(t))  # each entry's first member's
     src = expand((np.cumsum(n0) - n0)[where], n)
     expected = _counterparts(layout, rel[src], deps[src], np.repeat(rows[row_of[at]], n))
     bad = np.flatnonzero(expected != ids[expand(start[mine], n)])
@@ -103,10 +110,20 @@ def shared_deps(layout: StreamLayout, columns: _Columns, at: np.ndarray, t: np.n
     member_rows = expand(row0[group] + 1, others)
     hit = np.repeat(hit, others)
     value = layout.tid[layout.start[rows[member_rows]] + rel[hit]].astype(np.int64)
+    # First try the dependency k places after the first member's (deps listed by member)
+    task_of = owner[hit]
+    guess = hit - (np.cumsum(n) - n)[task_of] + member_rows - np.repeat(row0[group], others)
+    inside = guess < n[task_of]
+    found = np.zeros(len(hit), dtype=bool)
+    found[inside] = columns.dep_ids[columns.dep_start[tasks[task_of[inside]]] +
+                                    guess[inside]] == value[inside]
+    missed = np.flatnonzero(~found)
+    if not len(missed):
+        return
     pairs = np.sort(tasks[owner] * columns.tasks + deps)
-    query = tasks[owner[hit]] * columns.tasks + value
+    query = tasks[task_of[missed]] * columns.tasks + value[missed]
     found = pairs[np.minimum(np.searchsorted(pairs, query), len(pairs) - 1)] == query
-    mark(at[owner[hit[~found]]])
+    mark(at[task_of[missed[~found]]])
 
 
 def member_waits(layout: StreamLayout, columns: _Columns, own: np.ndarray,

@@ -45,10 +45,12 @@ class StreamLayout:
         rank_of_name = np.empty(len(names), dtype=np.int64)
         rank_of_name[by_name] = np.arange(len(names))
         idx = np.arange(total, dtype=np.int64)
-        pos = idx + np.repeat(self.gstart[self.gcode] - self.tstart, count)
-        key = self.flat[pos] * width
-        del pos
-        key += np.repeat(rank_of_name[column(graph, "stream")], count) if n else 0
+        pos = np.repeat(self.gstart[self.gcode] - self.tstart, count)
+        pos += idx
+        key = self.flat[pos]
+        key *= width
+        if n:
+            key += np.repeat(rank_of_name[column(graph, "stream")], count)
         self.counts = np.bincount(key, minlength=ranks * width).reshape(ranks, width)
         bits = max(total - 1, 1).bit_length()
         if (ranks * width).bit_length() + bits <= 62:  # (key, place) unique: a plain sort
@@ -62,8 +64,9 @@ class StreamLayout:
         del key
         self.place = place  # entry -> place
         self.tid = np.repeat(np.arange(n, dtype=np.int32), count)[place]  # entry -> task
-        self.entry_of = np.empty(total, dtype=np.int64)  # place -> entry
-        self.entry_of[place] = idx
+        pos[place] = idx
+        self.entry_of = pos  # place -> entry
+        del idx
         self.length = self.counts.sum(axis=1)
         self.start = np.cumsum(self.length) - self.length
         # (group code, rank) -> index among the group's simulated ranks, groups of >= 2
@@ -98,6 +101,12 @@ class StreamLayout:
         hit = one[self.flat[self.gstart[gc[one]]] == ranks[one]]
         out[hit] = self.entry_of[self.tstart[tids[hit]]]
         many = np.flatnonzero(size >= 2)
+        if len(many):  # first try the task's first rank: the entry lies in the rank's own
+            rank = ranks[many]
+            guess = self.entry_of[self.tstart[tids[many]]]
+            found = (guess >= self.start[rank]) & (guess < self.start[rank] + self.length[rank])
+            out[many[found]] = guess[found]
+            many = many[~found]
         if len(many) and len(self.mkeys):
             key = gc[many] * self.num_ranks + ranks[many]
             at = np.minimum(np.searchsorted(self.mkeys, key), len(self.mkeys) - 1)
