@@ -24,7 +24,10 @@ def waited(layout: StreamLayout, columns: _Columns, tids: np.ndarray,
            ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, count, deps): rank ``ranks[i]`` waits for ``deps[start[i]:start[i] +
     count[i]]`` before collective ``tids[i]``, in dependency order."""
-    tasks, query = np.unique(tids, return_inverse=True)
+    seen = np.zeros(columns.tasks + 1, dtype=np.int64)
+    seen[tids] = 1
+    tasks = np.flatnonzero(seen)  # the distinct collectives, by id
+    query = (np.cumsum(seen) - 1)[tids]
     n = columns.dep_count[tasks]
     pos = expand(columns.dep_start[tasks], n)  # increasing: dependency order
     deps = columns.dep_ids[pos]
@@ -59,9 +62,16 @@ def waited(layout: StreamLayout, columns: _Columns, tids: np.ndarray,
     s_owner = np.concatenate([s[0] for s in spec])
     s_pos = np.concatenate([s[1] for s in spec])
     s_rank = np.concatenate([s[2] for s in spec])
-    order = np.lexsort((s_pos, s_owner * layout.num_ranks + s_rank))
-    s_key = (s_owner * layout.num_ranks + s_rank)[order]
-    s_dep = columns.dep_ids[s_pos[order]]
+    s_key = s_owner * layout.num_ranks + s_rank
+    width = max(len(columns.dep_ids), 1)
+    if int(s_key.max(initial=0)).bit_length() + width.bit_length() <= 62:
+        packed = s_key * width + s_pos
+        packed.sort()
+        s_key, s_pos = packed // width, packed % width
+    else:
+        order = np.lexsort((s_pos, s_key))
+        s_key, s_pos = s_key[order], s_pos[order]
+    s_dep = columns.dep_ids[s_pos]
     key = query * layout.num_ranks + ranks
     lo, hi = np.searchsorted(s_key, key), np.searchsorted(s_key, key, side="right")
     c_idx = np.sort(np.concatenate(common))
@@ -75,7 +85,7 @@ def waited(layout: StreamLayout, columns: _Columns, tids: np.ndarray,
     from_s, from_c = expand(lo, ns), expand(c_lo, nc)
     which_q = np.concatenate([np.repeat(np.arange(len(key)), ns),
                               np.repeat(np.arange(len(key)), nc)])
-    dep_pos = np.concatenate([s_pos[order][from_s], pos[c_idx][from_c]])
+    dep_pos = np.concatenate([s_pos[from_s], pos[c_idx][from_c]])
     values = np.concatenate([s_dep[from_s], deps[c_idx][from_c]])
     merged = np.lexsort((dep_pos, which_q))
     count = ns + nc

@@ -203,6 +203,8 @@ def _random_graph(seed: int) -> tuple[TaskGraph, dict[str, Any]]:
                 last[r] = [first + k]
         elif step == "coll":
             deps = [d for r in ranks for d in last[r] if rng.random() > odd]
+            if len(g) and rng.random() < 0.2:  # a task any member may wait for, or not
+                deps.insert(rng.randint(0, len(deps)), rng.randrange(len(g)))
             tid = g.collective(rng.choice(("all_reduce", "all_gather")), ranks, 1e6, "ar",
                                stream=stream, deps=deps)
             for r in ranks:
@@ -211,8 +213,10 @@ def _random_graph(seed: int) -> tuple[TaskGraph, dict[str, Any]]:
             shift = rng.randrange(1, n)
             for r in ranks:
                 peer = (r + shift) % n if rng.random() > odd else rng.randrange(n)
+                extra = [rng.randrange(len(g))] if len(g) and rng.random() < 0.2 else []
                 if peer != r:
-                    last[r] = [g.send_recv(r, peer, 1e6, "send", stream="pp", deps=last[r])]
+                    last[r] = [g.send_recv(r, peer, 1e6, "send", stream="pp",
+                                           deps=[*last[r], *extra])]
         elif rng.random() < 0.3:
             r = rng.randrange(n)
             deps = rng.sample(range(len(g)), min(len(g), rng.randint(0, 2)))
