@@ -269,6 +269,7 @@ def _check_aligned(layout: StreamLayout, columns: _Columns, batch: Sequence[tupl
         n, at = int(length[r]), int(offset[r])
         matrix = t[at:at + m * n].reshape(m, n)
         same = ~own_at[at:at + n]
+        same.setflags(write=False)
         tasks, shared = {}, {}
         a = 0
         for name, count in zip(layout.stream_order, layout.counts[ranks[0]].tolist(),
