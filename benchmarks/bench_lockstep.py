@@ -11,7 +11,14 @@ the groups' streams: the share of wakes that come as one consecutive run of call
 covering every member of a group (what one actor callback could stand for, keeping every
 other callback's order). Not part of the test run.
 
+``--finder`` instead times only the static finder (``lockstep_groups``, CPU seconds, best of
+``--repeat``) on the lowered task graph, without simulating, over FINDER_CASES (dense-64,
+dense-512 and dense-16384 of bench_scale's ladder, explicit, and the cases above);
+``--oracle`` also times the previous implementation (tests/engine/lockstep_oracle.py) and
+says whether the two return identical groups, arrays and syncs.
+
 Usage: python benchmarks/bench_lockstep.py [--only NAME ...] [--wakes] [--json OUT]
+       python benchmarks/bench_lockstep.py --finder [--oracle] [--repeat N] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -37,6 +44,69 @@ CASES: dict[str, tuple[Any, list[str]]] = {
     **{name: EXTRA[name] for name in ("dense-tp8pp2", "dense-tp8pp2-late", "dense64-straggler",
                                       "dense64-slowlink", "pp_1f1b-jitter")},
 }
+
+
+FINDER_CASES: dict[str, tuple[Any, list[str]]] = {
+    **{name: (spec, _EXPLICIT) for name, _, spec in LADDER
+       if name in ("dense-64", "dense-512", "dense-16384")},
+    **{name: case for name, case in CASES.items() if name not in ("dense-64", "dense-512")},
+}
+
+
+def _source(source: Any) -> Any:
+    if isinstance(source, dict) and "base" in source:
+        return ROOT / source["base"]
+    return ROOT / source if isinstance(source, str) else source
+
+
+def finder(source: Any, overrides: list[str], repeat: int, oracle: bool) -> dict[str, Any]:
+    """CPU seconds of ``lockstep_groups`` on one scenario's task graph (best of ``repeat``),
+    and with ``oracle`` the previous implementation's and whether both agree."""
+    from simtrain import load_scenario
+    from simtrain.engine.lockstep import lockstep_groups
+    from simtrain.fidelity import choose_fidelity
+    from simtrain.hardware.topology import build_cluster
+    from simtrain.simulate import OOM_HINT, lower_checked
+    from simtrain.workload.host import issue_times
+
+    scenario = load_scenario(_source(source), overrides)
+    cluster = build_cluster(scenario.cluster).with_link_slowdowns(
+        [(s.between, s.slowdown) for s in scenario.sim.link_slowdowns])
+    _, _, graph = lower_checked(scenario, cluster, choose_fidelity(scenario, cluster), OOM_HINT)
+    compute, sim = scenario.compute, scenario.sim
+    issued = issue_times(graph, compute.host_kernel_issue, compute.host_microbatch)
+    args: dict[str, Any] = {
+        "delays": {r: s.delay for r, s in sim.stragglers.items()},
+        "slowdowns": {r: s.slowdown for r, s in sim.stragglers.items()}, "hangs": sim.hangs,
+        "issue": tuple(np.frombuffer(times, dtype=np.float64)
+                       for times in (issued.first, issued.last))}
+    row: dict[str, Any] = {"tasks": len(graph), "ranks": graph.num_ranks}
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        groups = lockstep_groups(graph, **args)
+        best = min(best, time.process_time() - start)
+    row.update(find_cpu_s=round(best, 3), groups=len(groups),
+               grouped_ranks=sum(len(g.ranks) for g in groups),
+               member_collectives=sum(g.syncs for g in groups))
+    if oracle:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "lockstep_oracle", ROOT / "tests" / "engine" / "lockstep_oracle.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lockstep_oracle"] = module
+        spec.loader.exec_module(module)
+        start = time.process_time()
+        old = module.lockstep_groups(graph, **args)
+        row["oracle_cpu_s"] = round(time.process_time() - start, 3)
+        row["identical"] = [(g.ranks, g.syncs, list(g.tasks)) for g in groups] == \
+            [(g.ranks, g.syncs, list(g.tasks)) for g in old] and all(
+                a.tasks[s].dtype == b.tasks[s].dtype and np.array_equal(a.tasks[s], b.tasks[s])
+                and np.array_equal(a.shared[s], b.shared[s])
+                for a, b in zip(groups, old, strict=True) for s in a.tasks)
+    return row
 
 
 def measure(source: Any, overrides: list[str]) -> dict[str, Any]:
@@ -170,8 +240,19 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[])
     parser.add_argument("--wakes", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--finder", action="store_true")
+    parser.add_argument("--oracle", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     rows = {}
+    if args.finder:
+        for name, (source, overrides) in FINDER_CASES.items():
+            if not args.only or name in args.only:
+                rows[name] = finder(source, overrides, args.repeat, args.oracle)
+                print(name, json.dumps(rows[name]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     for name, (source, overrides) in CASES.items():
         if args.only and name not in args.only:
             continue

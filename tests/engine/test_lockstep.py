@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import random
+import sys
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simtrain.engine.lockstep import lockstep_groups
+from simtrain.engine import lockstep
+from simtrain.engine.lockstep import LockstepGroup, lockstep_groups
 from simtrain.engine.sim import execute
 from simtrain.engine.taskgraph import TaskGraph
+
+_spec = importlib.util.spec_from_file_location("lockstep_oracle",
+                                               Path(__file__).with_name("lockstep_oracle.py"))
+assert _spec is not None and _spec.loader is not None
+oracle = sys.modules.setdefault("lockstep_oracle", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(oracle)
 
 _KINDS = ("duration", "dep", "slowdown", "delay", "hang", "outside")
 
@@ -149,3 +161,92 @@ def test_a_rank_joins_the_group_that_runs_more_shared_tasks_once():
         g.collective("all_reduce", pair, 1e6, "c", stream="t")
     groups = lockstep_groups(g)
     assert [(x.ranks, x.syncs) for x in groups] == [((0, 1), 1), ((2, 3), 1)]
+
+
+def _same(new: list[LockstepGroup], old: list[Any]) -> None:
+    """The two implementations' groups are identical: ranks, syncs, streams in order,
+    arrays by dtype, shape and value."""
+    assert [(g.ranks, g.syncs, list(g.tasks), list(g.shared)) for g in new] == \
+        [(g.ranks, g.syncs, list(g.tasks), list(g.shared)) for g in old]
+    for a, b in zip(new, old, strict=True):
+        for s in a.tasks:
+            assert a.tasks[s].dtype == b.tasks[s].dtype and a.shared[s].dtype == b.shared[s].dtype
+            assert np.array_equal(a.tasks[s], b.tasks[s])
+            assert np.array_equal(a.shared[s], b.shared[s])
+        assert a.member_tasks == b.member_tasks
+
+
+def _random_graph(seed: int) -> tuple[TaskGraph, dict[str, Any]]:
+    """Ranks running a mostly common program over a few rank groups, each step perturbed
+    with small probability (a duration, a dependency, a stream, a missing part), plus
+    stray tasks, virtual ranks, faults and host issue times with ties and NaNs."""
+    rng = random.Random(seed)
+    n = rng.randint(3, 7)
+    virtual = {n - 1} if rng.random() < 0.3 else set()
+    g = TaskGraph(n, virtual=virtual)
+    groups = [tuple(range(0, n, 2)), tuple(range(1, n, 2)), tuple(range(n)),
+              tuple(rng.sample(range(n), 2)), tuple(rng.sample(range(n), 3))]
+    last: list[list[int]] = [[] for _ in range(n)]
+    odd = rng.choice((0.0, 0.02, 0.1))  # how often a step is perturbed
+    for _ in range(rng.randint(1, 16)):
+        ranks = rng.choice(groups)
+        stream = rng.choice(("compute", "tp", "pp"))
+        step = rng.choice(("each", "each", "each", "coll", "coll", "send", "stray"))
+        if step == "each":
+            durations = [0.5 if rng.random() > odd else 0.25 for _ in ranks]
+            deps = [list(last[r]) if rng.random() > odd else [] for r in ranks]
+            if len(g) and rng.random() < odd:
+                deps[0].append(rng.randrange(len(g)))
+            first = g.compute_each(ranks, "c", durations, deps=deps, flops=[1.0] * len(ranks),
+                                   stream=stream if rng.random() < odd else "compute")
+            for k, r in enumerate(ranks):
+                last[r] = [first + k]
+        elif step == "coll":
+            deps = [d for r in ranks for d in last[r] if rng.random() > odd]
+            if len(g) and rng.random() < 0.2:  # a task any member may wait for, or not
+                deps.insert(rng.randint(0, len(deps)), rng.randrange(len(g)))
+            tid = g.collective(rng.choice(("all_reduce", "all_gather")), ranks, 1e6, "ar",
+                               stream=stream, deps=deps)
+            for r in ranks:
+                last[r] = [tid]
+        elif step == "send":
+            shift = rng.randrange(1, n)
+            for r in ranks:
+                peer = (r + shift) % n if rng.random() > odd else rng.randrange(n)
+                extra = [rng.randrange(len(g))] if len(g) and rng.random() < 0.2 else []
+                if peer != r:
+                    last[r] = [g.send_recv(r, peer, 1e6, "send", stream="pp",
+                                           deps=[*last[r], *extra])]
+        elif rng.random() < 0.3:
+            r = rng.randrange(n)
+            deps = rng.sample(range(len(g)), min(len(g), rng.randint(0, 2)))
+            last[r] = [g.compute(r, "stray", 1.0, deps=deps, stream=stream)]
+    faults: dict[str, Any] = {"delays": {}, "slowdowns": {}, "hangs": {}}
+    if rng.random() < 0.2:
+        faults[rng.choice(("delays", "slowdowns", "hangs"))][rng.randrange(n)] = 1.5
+    tid, _ = g.members()
+    if rng.random() < 0.5:
+        times = np.array([rng.choice((0.0, 1.0, np.nan)) if rng.random() < odd else 0.0
+                          for _ in range(len(tid))])
+        faults["issue"] = (times, times + 1.0)
+    return g, faults
+
+
+@settings(max_examples=150)
+@given(seed=st.integers(0, 2**32 - 1), chunk=st.sampled_from((1, 8, 1 << 18)))
+def test_the_vectorised_check_matches_the_oracle_on_random_graphs(seed, chunk):
+    # ``chunk``: entries checked at once; small ones split a batch into many chunks.
+    g, args = _random_graph(seed)
+    saved, lockstep._CHUNK = lockstep._CHUNK, chunk
+    try:
+        _same(lockstep_groups(g, **args), oracle.lockstep_groups(g, **args))
+    finally:
+        lockstep._CHUNK = saved
+
+
+@settings(max_examples=60)
+@given(m=st.integers(2, 4), plan=_plans, seed=st.integers(0, 2**16),
+       kind=st.sampled_from((None, *_KINDS)), who=st.integers(0, 3))
+def test_the_vectorised_check_matches_the_oracle_on_group_programs(m, plan, seed, kind, who):
+    g, faults = _graph(m, ["compute", *plan, "shared"], seed, diverge=kind, who=who % m)
+    _same(lockstep_groups(g, **faults), oracle.lockstep_groups(g, **faults))
