@@ -27,7 +27,7 @@ from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
 from simtrain.engine.loop import Loop
 from simtrain.engine.network import FlowNetwork
-from simtrain.engine.streams import Stream, hung_stream
+from simtrain.engine.streams import CommStream, Stream, collectives_only, hung_stream
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
 from simtrain.engine.timeline import Timeline
 from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
@@ -144,7 +144,8 @@ class Executor:
             if rank in self.hangs:
                 self.env.process(hung_stream(self, rank, stream, tasks, places))
             else:
-                self.env.start_now(Stream(self, rank, tasks, places, cursor).begin)
+                kind = CommStream if collectives_only(self, tasks) else Stream
+                self.env.start_now(kind(self, rank, tasks, places, cursor).begin)
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
             self._settle()
@@ -237,14 +238,17 @@ class Executor:
                     per_rank.setdefault(member, []).append(dep)
         return per_rank.get(rank, ())
 
-    def _retime(self, rank: int) -> None:
-        """``rank``'s collective load changed: re-time the chains run ahead on it."""
+    def _retime(self, ranks: tuple[int, ...]) -> None:
+        """``ranks``' collective load changed: re-time the chains run ahead on them."""
         now = self.env._now
-        for chain in self._chains.get(rank, ()):
-            # A stream waits for its wake-up or past it (Stream._skip); a chain whose every
-            # task has computed by now has nothing to re-time.
-            if chain.entries and chain.entries[-1].end > now:
-                retime(self, chain)
+        chains = self._chains
+        for rank in ranks:
+            for chain in chains.get(rank, ()):
+                # A stream waits for its wake-up or past it (Stream._skip); a chain whose
+                # every task has computed by now has nothing to re-time.
+                entries = chain.entries
+                if entries and entries[-1].end > now:
+                    retime(self, chain)
 
     def _at_end(self, tid: int, when: float, event: simpy.Event) -> simpy.Event:
         """Schedule ``event`` at task ``tid``'s end ``when``; a tentative end (in the future,
