@@ -99,7 +99,7 @@ class _Entry:
     tail: float  # when its last kernel can end by the host's issue (-inf: no bound)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Tentative:
     """The chain a stream has run ahead under interference, until it has passed it."""
 

@@ -73,9 +73,9 @@ class ComputeSharing:
     rate_of: Callable[[float, float, list[float] | None], float]
     load: dict[int, list[float]] = field(default_factory=dict)
     running: dict[int, list[_Run]] = field(default_factory=dict)
-    # Called with a rank after its load changed (the executor re-times the chains it ran
-    # ahead on that rank: simtrain.engine.ahead).
-    on_change: Callable[[int], None] | None = None
+    # Called with the ranks whose load changed, in order (the executor re-times the chains
+    # it ran ahead on them: simtrain.engine.ahead); per rank, right after its change.
+    on_change: Callable[[tuple[int, ...]], None] | None = None
     # Ranks nobody simulates (symmetric fidelity's mirrors): they run no compute, so a
     # collective's load on them is not kept (a 64-rank all-to-all may hold one real rank).
     virtual: AbstractSet[int] = frozenset()
@@ -115,8 +115,12 @@ class ComputeSharing:
                     run.since = now
                     run.rate = rate
                     self._wake(run)
-            if on_change is not None:
-                on_change(rank)
+                if on_change is not None:
+                    on_change((rank,))
+        # With no countdown running, a rank's re-timing reads its own load only and
+        # schedules nothing before the next rank's: one call for all, in the same order.
+        if not running and on_change is not None:
+            on_change(members)
 
     def _wake(self, run: _Run) -> None:
         run.stamp += 1

@@ -11,6 +11,7 @@ deadlock with a diagnosis, never as a silent end.
 
 from __future__ import annotations
 
+import gc
 import math
 from array import array
 from collections.abc import Generator, Mapping, Sequence
@@ -27,7 +28,7 @@ from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
 from simtrain.engine.loop import Loop
 from simtrain.engine.network import FlowNetwork
-from simtrain.engine.streams import Stream, hung_stream
+from simtrain.engine.streams import CommStream, Stream, collectives_only, hung_stream
 from simtrain.engine.taskgraph import CommSpec, Task, TaskGraph
 from simtrain.engine.timeline import Timeline
 from simtrain.engine.waits import (  # noqa: F401  (re-exported: the engine's errors)
@@ -139,12 +140,26 @@ class Executor:
         return {key: task(c[0]) if c[0] >= 0 else None for key, c in self._cursor.items()}
 
     def run(self) -> Timeline:
+        # The event loop makes and drops millions of small objects, none of them in a
+        # reference cycle (the flow units break theirs): the cyclic garbage collector's
+        # passes over them found nothing and cost a fifth of the engine's CPU (bench_scale
+        # dense-512 explicit). It is off while the loop runs, on again after.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self) -> Timeline:
         for (rank, stream), (tasks, places) in self.graph.stream_members().items():
             cursor = self._cursor[(rank, stream)] = [-1]
             if rank in self.hangs:
                 self.env.process(hung_stream(self, rank, stream, tasks, places))
             else:
-                self.env.start_now(Stream(self, rank, tasks, places, cursor).begin)
+                kind = CommStream if collectives_only(self, tasks) else Stream
+                self.env.start_now(kind(self, rank, tasks, places, cursor).begin)
         self.env.run()
         if any(math.isinf(t) for t in self.finish):
             self._settle()
@@ -237,14 +252,17 @@ class Executor:
                     per_rank.setdefault(member, []).append(dep)
         return per_rank.get(rank, ())
 
-    def _retime(self, rank: int) -> None:
-        """``rank``'s collective load changed: re-time the chains run ahead on it."""
+    def _retime(self, ranks: tuple[int, ...]) -> None:
+        """``ranks``' collective load changed: re-time the chains run ahead on them."""
         now = self.env._now
-        for chain in self._chains.get(rank, ()):
-            # A stream waits for its wake-up or past it (Stream._skip); a chain whose every
-            # task has computed by now has nothing to re-time.
-            if chain.entries and chain.entries[-1].end > now:
-                retime(self, chain)
+        chains = self._chains
+        for rank in ranks:
+            for chain in chains.get(rank, ()):
+                # A stream waits for its wake-up or past it (Stream._skip); a chain whose
+                # every task has computed by now has nothing to re-time.
+                entries = chain.entries
+                if entries and entries[-1].end > now:
+                    retime(self, chain)
 
     def _at_end(self, tid: int, when: float, event: simpy.Event) -> simpy.Event:
         """Schedule ``event`` at task ``tid``'s end ``when``; a tentative end (in the future,

@@ -31,13 +31,14 @@ if TYPE_CHECKING:
 # after a tentative chain's wake-up, after the task's dependencies, after the host issued
 # a collective, after the collective ended, after the dependency that stopped its chain.
 _TOP, _REACHED, _CHAIN, _DEPS, _HOST, _COMM, _SKIPPED = range(7)
+_NONE: tuple[int, ...] = ()
 
 
 class Stream:
     """One (rank, stream) of a rank that does not hang; call ``begin`` at t = 0."""
 
     __slots__ = ("ex", "rank", "tasks", "places", "n", "i", "cursor", "slowdown", "chain",
-                 "state", "since", "until")
+                 "state", "since", "until", "finish", "waiters", "graph_columns")
 
     def __init__(self, ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[int],
                  cursor: list[int]) -> None:
@@ -54,6 +55,10 @@ class Stream:
             ex._chains.setdefault(rank, []).append(self.chain)
         self.state = _TOP
         self.since = 0.0
+        # What ``step`` reads per task (``Executor._pending`` / ``_waiter``, inline).
+        self.finish, self.waiters = ex.finish, ex._waiters
+        g = ex.graph
+        self.graph_columns = (g.comm, g.group, ex.sizes, g.dep_start, g.dep_ids)
         self.until = 0.0  # when a fixed chain run ahead ends
 
     @property
@@ -79,7 +84,7 @@ class Stream:
             if finish[d] == math.inf:
                 self.cursor[0] = tid
                 ex._skipping.add(self)
-                self._wait(ex._waiter(d), _SKIPPED)
+                self._wait(self._waiter(d), _SKIPPED)
                 return True
         return False
 
@@ -95,6 +100,45 @@ class Stream:
             self._wait(self.ex.env.timeout(delay), _TOP)
         else:
             self.step()
+
+    def _wait_deps(self, tid: int) -> bool:
+        """Wait (state _DEPS) for the dependencies of ``tid`` not ended by now, if any:
+        ``Executor._pending`` inline (this runs once per task a stream reaches)."""
+        ex = self.ex
+        now, finish = ex.env._now, self.finish
+        _, group, sizes, dep_start, dep_ids = self.graph_columns
+        if sizes[group[tid]] == 1:
+            lo, hi = dep_start[tid], dep_start[tid + 1]
+            deps: Sequence[int] = dep_ids[lo:hi] if hi - lo != 1 else (dep_ids[lo],)
+        else:
+            per = ex._group_deps.get(tid)
+            deps = per.get(self.rank, _NONE) if per is not None else ex._dep_ids(tid, self.rank)
+        if len(deps) == 1:  # the common case: no list, no AllOf to build
+            d = deps[0]
+            if finish[d] <= now:
+                return False
+            self.state = _DEPS
+            self._waiter(d).callbacks.append(self.step)  # type: ignore[union-attr]
+            return True
+        pending = [d for d in deps if not finish[d] <= now]
+        if not pending:
+            return False
+        self.state = _DEPS
+        if len(pending) == 1:
+            self._waiter(pending[0]).callbacks.append(self.step)  # type: ignore[union-attr]
+        else:
+            ex.env.all_of([ex._waiter(d) for d in pending]).callbacks.append(  # type: ignore[union-attr]
+                self.step)
+        return True
+
+    def _waiter(self, tid: int) -> simpy.Event:
+        """``Executor._waiter``, its common case (a task not ended, nor run ahead) inline."""
+        if self.finish[tid] == math.inf:
+            waiter = self.waiters.get(tid)
+            if waiter is None:
+                waiter = self.waiters[tid] = simpy.Event(self.ex.env)
+            return waiter
+        return self.ex._waiter(tid)
 
     def _wait(self, event: simpy.Event, state: int) -> None:
         self.state = state
@@ -154,13 +198,8 @@ class Stream:
                     return
                 tid = tasks[self.i]
                 self.cursor[0] = tid
-                pending = ex._pending(tid, self.rank)
                 state = _DEPS
-                if len(pending) == 1:
-                    self._wait(ex._waiter(pending[0]), _DEPS)  # no AllOf to build
-                    return
-                if pending:
-                    self._wait(env.all_of([ex._waiter(d) for d in pending]), _DEPS)
+                if self._wait_deps(tid):
                     return
             if state == _DEPS:
                 tid = tasks[self.i]
@@ -182,13 +221,60 @@ class Stream:
                 if arrived is None:
                     arrived = ex.arrivals[tid] = {}
                 arrived[self.rank] = env._now
-                if len(arrived) == ex.need[ex.graph.group[tid]]:
+                if len(arrived) == ex.need[self.graph_columns[1][tid]]:
                     Collective(ex, tid, arrived)
-                self._wait(ex._waiter(tid), _COMM)
+                self._wait(self._waiter(tid), _COMM)
                 return
             if state == _COMM:
                 self.i += 1
                 state = _TOP
+
+
+class CommStream(Stream):
+    """A stream of collectives only (a process group's): it reaches each, waits for its
+    dependencies and the host, arrives and waits for the collective's end; ``Stream``'s
+    walk without its chain states."""
+
+    __slots__ = ()
+
+    def step(self, _event: Any = None) -> None:
+        ex = self.ex
+        env = ex.env
+        state = self.state
+        if state == _COMM or state == _TOP:
+            if state == _COMM:
+                self.i += 1
+            if self.i >= self.n:
+                self.cursor[0] = -1
+                return
+            tid = self.tasks[self.i]
+            self.cursor[0] = tid
+            if self._wait_deps(tid):
+                return
+        else:
+            tid = self.tasks[self.i]
+        if state != _HOST:
+            first = ex.issue.first[self.places[self.i]] if ex._issue_any else math.nan
+            if first > env._now:  # (NaN: no issue time)
+                self.since = env._now  # the GPU waits for the host: a "host" span
+                self._wait(env.timeout(first - env._now), _HOST)
+                return
+            self.since = -1.0
+        if self.since >= 0:
+            ex.timeline.record_host(self.rank, self.since, env._now, tid)
+        arrived = ex.arrivals.get(tid)
+        if arrived is None:
+            arrived = ex.arrivals[tid] = {}
+        arrived[self.rank] = env._now
+        if len(arrived) == ex.need[self.graph_columns[1][tid]]:
+            Collective(ex, tid, arrived)
+        self._wait(self._waiter(tid), _COMM)
+
+
+def collectives_only(ex: Executor, tasks: Sequence[int]) -> bool:
+    """Whether every one of ``tasks`` is a collective (a process group's stream)."""
+    return len(tasks) > 0 and not bool(
+        np.any(np.frombuffer(ex.graph.comm, dtype=np.int32)[np.asarray(tasks)] < 0))
 
 
 def hung_stream(ex: Executor, rank: int, stream: str, tasks: Sequence[int],

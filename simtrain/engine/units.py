@@ -159,6 +159,7 @@ class AloneUnits:
 
     def _drop_unit(self, unit: Unit) -> None:
         for member in unit.members:
+            member.unit = None  # no member <-> unit cycle left for the garbage collector
             if not member.ended:
                 del self._flows[member.id]
         for link in unit.links:
@@ -252,6 +253,7 @@ class AloneUnits:
         ``now``, the others at their own end in the unit's evolution)."""
         unit, p = member.unit, member.pending
         assert unit is not None
+        member.unit = None  # ended: no member <-> unit cycle left for the garbage collector
         batch = p.batch
         batch.pending -= len(member.ks)
         assert batch.pending == 0, batch.pending  # a member holds its batch's running flows

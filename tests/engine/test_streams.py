@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simtrain.engine.sim import Executor, SimulationDeadlock, execute
+from simtrain.engine.streams import collectives_only
 from simtrain.engine.taskgraph import TaskGraph
 
 
@@ -61,3 +62,59 @@ def test_a_stream_of_collectives_only_keeps_no_chain(star_fabric):
     ex = Executor(_stalled_graph(), star_fabric(2, 1e9, 0.0), interference=0.25)
     ex.run()
     assert [len(ex._chains.get(r, [])) for r in (0, 1)] == [1, 1]
+
+
+def test_a_stream_of_collectives_only_walks_as_a_comm_stream(star_fabric):
+    # The dp stream holds the all-reduce only (CommStream); the compute streams hold
+    # compute (Stream, with its chain states).
+    ex = Executor(_stalled_graph(), star_fabric(2, 1e9, 0.0))
+    tasks = {key: ts for key, (ts, _) in ex.graph.stream_members().items()}
+    assert collectives_only(ex, tasks[(0, "dp")]) and collectives_only(ex, tasks[(1, "dp")])
+    assert not collectives_only(ex, tasks[(0, "compute")])
+    assert not collectives_only(ex, [])
+
+
+@pytest.mark.parametrize("interference", [0.0, 0.25])
+def test_a_comm_stream_waits_for_its_dependency_then_the_host(interference, star_fabric):
+    # Rank 0 computes a (1 s); the all-reduce over (0, 1) needs a, and rank 0's host issues
+    # its kernel at t=3 s (rank 1's: no issue time). Rank 0's dp stream reaches the
+    # all-reduce at a's end (1 s), waits for the host [1, 3) (a "host" span), arrives at
+    # 3; rank 1 arrived at 0 and waited 3 s. The all-reduce of 2 x 1e6 B over 1e9 B/s
+    # links: 2(P-1)/P x 1e6 / 1e9 = 1 ms of flows, so it runs [3, 3.001) on both ranks.
+    g = TaskGraph(2)
+    a = g.compute(0, "a", 1.0)
+    ar = g.collective("all_reduce", (0, 1), 1e6, "ar", deps=[a], stream="dp")
+    timeline = execute(g, star_fabric(2, 1e9, 0.0), issue={(ar, 0): (3.0, 3.0)},
+                       interference=interference)
+    host = [(s.rank, s.start, s.end) for s in timeline if s.kind == "host"]
+    assert host == [(0, 1.0, 3.0)]
+    spans = sorted((s.rank, s.start, s.end, s.meta.get("waited_s", 0.0))
+                   for s in timeline if s.name == "ar")
+    assert [(r, start, waited) for r, start, _, waited in spans] == [(0, 3.0, 0.0),
+                                                                      (1, 3.0, 3.0)]
+    assert spans[0][2] == pytest.approx(3.001, rel=1e-9)
+
+
+def test_the_loop_runs_without_the_cycle_collector_and_makes_no_unit_cycles(star_fabric):
+    # The collector is off while the loop runs and on again after (also after a
+    # deadlock); the flow units the all-reduces ran as leave no member <-> unit cycle.
+    import gc
+
+    from simtrain.engine.units import Member, Unit
+
+    g = TaskGraph(2)
+    for mb in range(3):
+        g.collective("all_reduce", (0, 1), 1e6, f"ar{mb}", stream="dp")
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        execute(g, star_fabric(2, 1e9, 1e-6))
+        gc.collect()
+        assert not [o for o in gc.garbage if isinstance(o, Member | Unit)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert gc.isenabled()
+    with pytest.raises(SimulationDeadlock):
+        execute(_stalled_graph(), star_fabric(2, 1e9, 0.0), hangs={1: 0.0})
+    assert gc.isenabled()
