@@ -8,23 +8,19 @@ so past the warm-up the step time is exactly linear in m:
 
     T(m) = T(m_b) + (m - m_b) * (T(m_c) - T(m_a)) / (m_c - m_a)
 
-``steady_step`` simulates the step at three successive group counts k·g, (k+1)·g and
-(k+2)·g (``FIRST_GROUP``: k = 1 where each stage holds one model chunk, since the one-chunk
-1F1B family is on the line from one group on every row measured; k = 2 for interleaved
-schedules, whose warm-up at m = g, every forward first, left Mixtral on PP 4 2.7e-6 and
-Qwen3-235B on PP 8 3.2e-6 off the line), extrapolates to the scenario's m, and *checks*
-the premise instead of assuming it: the three times must lie on one line within
-``COLLINEAR_RTOL`` (relative to the last one), else it runs one group more and checks the
-last three again (a warm-up longer than expected costs one short run, not the full step);
-only when those are not collinear either is the full step simulated. Measured on 66
-extrapolated validation rows (2, 3, 4 groups), the extrapolated step equals the full one
-within 3.7e-13.
+``steady_step`` simulates the step at m_a = 2g, m_b = 3g and m_c = 4g microbatches
+(``POINTS``: 2g is past the warm-up on every row measured; at m = g an interleaved MoE row,
+Mixtral on PP 4, was still 2.7e-6 off the line), extrapolates to the scenario's m, and
+*checks* the premise instead of assuming it: the three times must lie on one line within
+``COLLINEAR_RTOL`` (relative to T(m_c)), else the full step is simulated. Measured on 66
+extrapolated validation rows, the extrapolated step equals the full one within 3.7e-13.
 
 Kernels run once per step and amortised over its microbatches (FP8 weight casts,
 ``workload.fp8.cast_kernels``) stay amortised over the real m in the short runs
 (``simulate(step_micro_batches=m)``), so each short run's per-microbatch work is the full
-step's. Only steps long enough to gain (``MIN_GROUPS``) are extrapolated; hung ranks and
-run-to-run variability always simulate the full step.
+step's. Only steps long enough to gain (m at least ``MIN_GAIN`` times the microbatches of
+the three runs together) are extrapolated; hung ranks and run-to-run variability always
+simulate the full step.
 """
 
 from __future__ import annotations
@@ -34,33 +30,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simtrain.hardware.topology import Cluster
-from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.schedule import schedule_problems
 from simtrain.scenario import Scenario
 
-# The first short run, in pipeline groups of pp microbatches: one-chunk schedules (vpp 1)
-# and interleaved ones (vpp > 1, a longer warm-up); the runs are k, k + 1, k + 2 groups.
-FIRST_GROUP = {False: 1, True: 2}
-RUNS = 3  # short runs on the line; one more (the next group) when they are not collinear
+POINTS = (2, 3, 4)  # the short runs, in pipeline groups of pp microbatches
 # Collinearity the three short runs must meet, relative to the longest one's step time:
 # far above float rounding over a step's ~1e5-1e7 additions (~1e-13 measured), far below
 # any modelled effect.
 COLLINEAR_RTOL = 1e-9
-# Extrapolate only steps of at least this many pipeline groups. Each short run pays the
-# step's fixed cost again (the DP reductions, the optimizer, the first flows): measured
-# 6 microbatches' worth on GB200 Qwen3-235B 64-GPU, 17 on GB200 GPT-OSS 64-GPU, unknown
-# before a row has run; 14 groups (1.5 x the 2 + 3 + 4 groups the short runs once took)
-# is the bound those rows were measured under, kept so no row extrapolates that did not.
-MIN_GROUPS = 14
+# Extrapolate only when the full step has at least this many times the microbatches of
+# the three short runs together (below it the short runs cost nearly as much).
+MIN_GAIN = 1.5
 
 
 @dataclass(frozen=True)
 class SteadyStep:
     """A step's time and the summary of the run it came from.
 
-    ``summary`` is the full step's when ``points`` is empty or ``why_full`` is set
-    (simulated in full), else the longest short run's with its step time, MFU and HFU
-    rescaled to the full step (extrapolated from the last three of ``points``)."""
+    ``summary`` is the full step's when ``points`` is empty (simulated in full), else the
+    longest short run's with its step time, MFU and HFU rescaled to the full step."""
 
     step_s: float
     summary: dict[str, Any]
@@ -74,9 +62,9 @@ def sample_points(m: int, pp: int, schedule: str, vpp: int) -> tuple[int, ...] |
     """Microbatch counts of the short runs for a step of ``m`` microbatches, or None when
     the step is too short to gain, is not a whole number of pipeline groups, or the
     schedule cannot run one of the counts."""
-    group, first = max(pp, 1), FIRST_GROUP[vpp > 1]
-    points = tuple((first + k) * group for k in range(RUNS))
-    if m % group or m < MIN_GROUPS * group:
+    group = max(pp, 1)
+    points = tuple(k * group for k in POINTS)
+    if m % group or m < MIN_GAIN * sum(points):
         return None
     if any(schedule_problems(schedule, pp, p, vpp) for p in points):
         return None
@@ -102,23 +90,8 @@ def _points_of(scenario: Scenario, cluster: Cluster) -> tuple[int, tuple[int, ..
     m = micro_batches(scenario, cluster)
     if sim.hangs or sim.variability:
         return m, None
-    return m, sample_points(m, dims.pp, _kind(scenario, dims), dims.vpp)
-
-
-def _kind(scenario: Scenario, dims: ParallelDims) -> str:
-    """The schedule that runs: interleaved with one chunk per stage is 1F1B."""
-    par = scenario.parallelism
-    return par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
-
-
-def next_point(points: Sequence[int], m: int, pp: int, schedule: str, vpp: int
-               ) -> int | None:
-    """The one further short run (a group past the last) tried when ``points`` are not
-    collinear, or None when it would not be shorter than the step or cannot be scheduled."""
-    more = points[-1] + max(pp, 1)
-    if more >= m or schedule_problems(schedule, pp, more, vpp):
-        return None
-    return more
+    kind = par.schedule if dims.vpp > 1 or par.schedule != "interleaved" else "1f1b"
+    return m, sample_points(m, dims.pp, kind, dims.vpp)
 
 
 def simulated_share(scenario: Scenario, cluster: Cluster) -> float:
@@ -146,20 +119,10 @@ def steady_step(scenario: Scenario, cluster: Cluster) -> SteadyStep:
         why = ("hung ranks" if sim.hangs else "run-to-run variability" if sim.variability
                else "too few microbatches to extrapolate")
         return SteadyStep(float(summary["step_time_s"]), summary, why_full=why)
-
-    def short(p: int) -> dict[str, Any]:
-        return simulate(_with_micro_batches(scenario, p, dims.dp),
-                        step_micro_batches=m).summary
-
-    summaries = [short(p) for p in points]
+    summaries = [simulate(_with_micro_batches(scenario, p, dims.dp),
+                          step_micro_batches=m).summary for p in points]
     times = tuple(float(s["step_time_s"]) for s in summaries)
     step = extrapolate(points, times, m)
-    more = None if step is not None else next_point(points, m, dims.pp,
-                                                    _kind(scenario, dims), dims.vpp)
-    if more is not None:  # still warming up: one group more, the last three on the line
-        summaries.append(short(more))
-        points, times = (*points, more), (*times, float(summaries[-1]["step_time_s"]))
-        step = extrapolate(points[-RUNS:], times[-RUNS:], m)
     if step is None:
         summary = simulate(scenario).summary
         return SteadyStep(float(summary["step_time_s"]), summary, points, times,
