@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from itertools import chain, repeat
+from typing import Any, cast
 
 import numpy as np
 
@@ -29,25 +30,11 @@ from simtrain.engine.task import (  # noqa: F401  (re-exported: the graph's publ
     TaskGraphError,
     TaskList,
 )
+from simtrain.engine.taskcolumns import TaskColumns, finite_at_least, listed, row_values
 from simtrain.limits import MAX_TASKS
 
 
-class _Table(list[Any]):
-    """Interned values: ``code(v)`` is v's index, appended on first sight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lookup: dict[Any, int] = {}
-
-    def code(self, value: Any) -> int:
-        code = self.lookup.get(value)
-        if code is None:
-            code = self.lookup[value] = len(self)
-            self.append(value)
-        return code
-
-
-class TaskGraph:
+class TaskGraph(TaskColumns):
     """An append-only table of tasks over ``num_ranks`` ranks (see the module docstring).
 
     ``virtual``: ranks not simulated (symmetric fidelity): they mirror simulated ranks, so
@@ -55,22 +42,8 @@ class TaskGraph:
     """
 
     def __init__(self, num_ranks: int, virtual: Iterable[int] = ()) -> None:
-        self.num_ranks = num_ranks
+        super().__init__(num_ranks)
         self.virtual: set[int] = set(virtual)
-        self.kinds, self.names, self.stream_names = _Table(), _Table(), _Table()
-        self.groups, self.comms, self.metas = _Table(), _Table(), _Table()
-        self.kind = array("I")
-        self.name = array("I")
-        self.stream = array("I")
-        self.group = array("I")  # code into ``groups`` (rank tuples)
-        self.duration = array("d")
-        self.flops = array("d")
-        self.nbytes = array("d")
-        self.comm = array("i")  # code into ``comms``, -1 for compute
-        self.meta = array("I")  # code into ``metas``
-        self.dep_start = array("q", [0])  # deps of task i: dep_ids[dep_start[i]:dep_start[i+1]]
-        self.dep_ids = array("q")
-        self._single: list[int] = []  # rank -> code of the group (rank,)
         # Validated copies by the identity of the caller's sequence: the lowering hands the
         # same object for every collective of a group, so tasks share one tuple (and the
         # executor's per-copies link-weight cache hits across them).
@@ -80,9 +53,6 @@ class TaskGraph:
         # lowering hands one object per layer template for every microbatch), kept alive.
         self._checked_splits: dict[int, tuple[object, tuple[tuple[float, ...], ...],
                                               float]] = {}
-
-    def __len__(self) -> int:
-        return len(self.kind)
 
     @property
     def tasks(self) -> TaskList:
@@ -115,25 +85,7 @@ class TaskGraph:
         meta: dict[str, Any] = self.metas[self.meta[i]]
         return meta
 
-    def codes(self, column: str) -> np.ndarray:
-        """A column as a numpy array (a copy)."""
-        values: array = getattr(self, column)
-        return np.frombuffer(values, dtype=values.typecode).copy() if len(values) else \
-            np.zeros(0, dtype=values.typecode)
-
     # ---- building ----------------------------------------------------------------------
-    def _meta_code(self, meta: Mapping[str, Any] | None) -> int:
-        items = tuple(meta.items()) if meta else ()
-        try:
-            code = self.metas.lookup.get(items)
-        except TypeError:  # an unhashable value: kept as its own copy
-            self.metas.append(dict(items))
-            return len(self.metas) - 1
-        if code is None:
-            code = self.metas.lookup[items] = len(self.metas)
-            self.metas.append(dict(items))
-        return code
-
     def _append(self, kind: str, name: str, group: int, stream: str, duration: float,
                 flops: float, nbytes: float, deps: Sequence[int], comm: int,
                 meta: Mapping[str, Any] | None) -> int:
@@ -170,14 +122,6 @@ class TaskGraph:
                 raise TaskGraphError(
                     f"task {name!r} depends on task {dep}, which was not added before it"
                 )
-
-    def _single_code(self, rank: int) -> int:
-        single = self._single
-        if rank >= len(single):
-            single.extend(-1 for _ in range(rank + 1 - len(single)))
-        if single[rank] < 0:
-            single[rank] = self.groups.code((rank,))
-        return single[rank]
 
     def compute(
         self,
@@ -230,44 +174,33 @@ class TaskGraph:
         self,
         ranks: Sequence[int],
         name: str,
-        durations: Sequence[float],
+        durations: Sequence[float] | float,
         *,
         kind: str = "compute",
         stream: str = "compute",
         deps: Sequence[Sequence[int]],
-        flops: Sequence[float],
+        flops: Sequence[float] | float,
         meta: Mapping[str, Any] | None = None,
     ) -> int:
         """Add one compute task per rank: ``ranks[i]`` runs ``durations[i]`` seconds of
-        ``flops[i]`` after ``deps[i]``, in rank order, as ``compute`` would one by one.
-        Returns the first task's id (the others follow it)."""
+        ``flops[i]`` after ``deps[i]`` (a number: every rank's), in rank order, as
+        ``compute`` would one by one. Returns the first task's id (the others follow)."""
         n = len(ranks)
         first = len(self.kind)
         if not n:
             return first
-        lo = min(min(d) if d else 0 for d in deps)
-        hi = max(max(d) if d else -1 for d in deps)
+        flat = list(chain.from_iterable(deps))
+        durations, flops = row_values(durations), row_values(flops)
         if (first + n > MAX_TASKS or min(ranks) < 0 or max(ranks) >= self.num_ranks
-                or lo < 0 or hi >= first or min(durations) < 0
-                or not all(map(math.isfinite, durations)) or not all(map(math.isfinite, flops))):
-            for r, t, d, f in zip(ranks, durations, deps, flops, strict=True):  # raises
+                or flat and (min(flat) < 0 or max(flat) >= first) or len(deps) != n
+                or not finite_at_least(durations, n, 0.0)
+                or not finite_at_least(flops, n, -math.inf)):
+            for r, t, d, f in zip(ranks, listed(durations, n), deps, listed(flops, n),
+                                  strict=True):  # raises the error
                 self.compute(r, name, t, kind=kind, stream=stream, deps=d, flops=f, meta=meta)
             return first
-        self.kind.extend([self.kinds.code(kind)] * n)
-        self.name.extend([self.names.code(name)] * n)
-        self.stream.extend([self.stream_names.code(stream)] * n)
-        self.group.extend([self._single_code(r) for r in ranks])
-        self.duration.extend(durations)
-        self.flops.extend(flops)
-        self.nbytes.extend([0.0] * n)
-        self.comm.extend([-1] * n)
-        self.meta.extend([self._meta_code(meta)] * n)
-        dep_ids, dep_start = self.dep_ids, self.dep_start
-        for d in deps:
-            if d:
-                dep_ids.extend(d)
-            dep_start.append(len(dep_ids))
-        return first
+        return self._extend(n, kind, name, stream, self._single_codes(ranks), durations, flops,
+                            0.0, -1, meta, deps, flat)
 
     def collective(
         self,
@@ -318,12 +251,9 @@ class TaskGraph:
         # Specs repeat every microbatch: intern them, keyed by the copies' identity (the
         # copies tuple can hold thousands of groups; it is kept alive by _checked_copies).
         key = (op, nbytes, algorithm, matrix, id(checked), sms)
-        comms = self.comms
-        code = comms.lookup.get(key)
+        code = self.comms.lookup.get(key)
         if code is None:
-            code = comms.lookup[key] = len(comms)
-            comms.append(CommSpec(op=op, nbytes=nbytes, algorithm=algorithm, splits=matrix,
-                                  copies=checked, sms=sms))
+            code = self._spec(key, checked)
         return self._append(kind, name, self.groups.code(group), stream, 0.0, 0.0, nbytes,
                             deps, code, meta)
 
@@ -364,21 +294,113 @@ class TaskGraph:
             algorithm="direct", copies=copies, meta=meta,
         )
 
+    def collective_each(
+        self,
+        op: str,
+        groups: Sequence[tuple[int, ...]],
+        nbytes: float,
+        name: str,
+        *,
+        kind: str = "comm",
+        stream: str = "comm",
+        deps: Sequence[Sequence[int]],
+        algorithm: str = "auto",
+        splits: Sequence[Sequence[float]] | None = None,
+        copies: Sequence[Sequence[Sequence[int]]] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Add one collective per group: ``op`` of ``nbytes`` over ``groups[i]`` after
+        ``deps[i]`` (with ``copies[i]``; None: none), in group order, as ``collective``
+        would one by one. Returns the first task's id (the others follow it)."""
+        n = len(groups)
+        first = len(self.kind)
+        if not n:
+            return first
+        flat = list(chain.from_iterable(deps))
+        codes = list(map(self.groups.lookup.get, groups))  # interned groups were checked
+        if (None in codes or op not in COMM_OPS or op == "all_to_all_v" or n != len(deps)
+                or copies is not None and len(copies) != n or first + n > MAX_TASKS
+                or not (math.isfinite(nbytes) and nbytes >= 0)
+                or flat and (min(flat) < 0 or max(flat) >= first)):
+            return self._collectives(op, groups, nbytes, name, kind, stream, deps, algorithm,
+                                     splits, copies, meta)
+        comms = self.comms
+        if copies is None or not any(copies):
+            key = (op, nbytes, algorithm, None, id(()), 0)
+            code = comms.lookup.get(key)
+            spec: int | list[int] = code if code is not None else self._spec(key, ())
+        else:
+            try:
+                checked = list(map(self._copies, repeat(name), groups, copies))
+            except TaskGraphError:  # raised again, after the tasks before it, one by one
+                return self._collectives(op, groups, nbytes, name, kind, stream, deps,
+                                         algorithm, splits, copies, meta)
+            spec = []
+            for c in checked:
+                key = (op, nbytes, algorithm, None, id(c), 0)
+                code = comms.lookup.get(key)
+                spec.append(self._spec(key, c) if code is None else code)
+        return self._extend(n, kind, name, stream, cast(list[int], codes), 0.0, 0.0, nbytes,
+                            spec, meta, deps, flat)
+
+    def _collectives(self, op: str, groups: Sequence[tuple[int, ...]], nbytes: float,
+                     name: str, kind: str, stream: str, deps: Sequence[Sequence[int]],
+                     algorithm: str, splits: Sequence[Sequence[float]] | None,
+                     copies: Sequence[Sequence[Sequence[int]]] | None,
+                     meta: Mapping[str, Any] | None) -> int:
+        """``collective_each`` one task at a time (new groups, checks that fail)."""
+        first = len(self.kind)
+        for group, dep, copy in zip(groups, deps, [()] * len(groups) if copies is None else copies,
+                                    strict=True):
+            self.collective(op, group, nbytes, name, kind=kind, stream=stream, deps=dep,
+                            algorithm=algorithm, splits=splits, copies=copy, meta=meta)
+        return first
+
+    def send_recv_each(
+        self,
+        srcs: Sequence[int],
+        dsts: Sequence[int],
+        nbytes: float,
+        name: str,
+        *,
+        kind: str = "comm",
+        stream: str = "comm",
+        deps: Sequence[Sequence[int]],
+        copies: Sequence[Sequence[Sequence[int]]] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """One transfer ``srcs[i]`` -> ``dsts[i]`` after ``deps[i]`` per pair, in order,
+        as ``send_recv`` would one by one; returns the first task's id."""
+        if len(srcs) != len(dsts):
+            raise TaskGraphError(f"task {name!r}: {len(srcs)} senders for {len(dsts)} "
+                                 "receivers")
+        return self.collective_each("send_recv", list(zip(srcs, dsts, strict=True)), nbytes, name,
+                                    kind=kind, stream=stream, deps=deps, algorithm="direct",
+                                    copies=copies, meta=meta)
+
     def members(self) -> tuple[np.ndarray, np.ndarray]:
         """(task id, rank) of every task's simulated ranks, in walk order: tasks by id,
         each task's ranks in group order (int32: an explicit 512-GPU step has 6M)."""
         n = len(self.kind)
-        sizes = np.fromiter((len(g) for g in self.groups), dtype=np.int64, count=len(self.groups))
-        flat = np.fromiter((r for g in self.groups for r in g), dtype=np.int32,
+        sizes = np.fromiter(map(len, self.groups), dtype=np.int32, count=len(self.groups))
+        flat = np.fromiter(chain.from_iterable(self.groups), dtype=np.int32,
                            count=int(sizes.sum()))
-        group = self.codes("group")
-        count = sizes[group] if n else np.zeros(0, dtype=np.int64)
+        group = np.frombuffer(self.group, dtype=np.uint32) if n else np.zeros(0, np.uint32)
+        count = sizes[group]
+        # int32 throughout (half the memory traffic of int64): fewer than 2^31 members
+        total = int(count.sum(dtype=np.int64))
+        assert total < 2**31, "members are counted in int32"
         tid = np.repeat(np.arange(n, dtype=np.int32), count)
-        # member k of task t sits at flat[first of t's group + k]
-        where = np.arange(len(tid), dtype=np.int64)
-        where -= np.repeat(np.cumsum(count) - count - (np.cumsum(sizes) - sizes)[group], count)
-        del count, group
-        rank = flat[where] if len(tid) else np.zeros(0, dtype=np.int32)
+        # member k of task t sits at flat[first of t's group + k]: where = its position
+        # in the walk, less (t's first position - its group's first place in flat)
+        shift = np.cumsum(count, dtype=np.int32)
+        shift -= count
+        shift -= (np.cumsum(sizes, dtype=np.int32) - sizes)[group]
+        del group
+        where = np.arange(total, dtype=np.int32)
+        where -= np.repeat(shift, count)
+        del shift, count
+        rank = flat[where] if total else np.zeros(0, dtype=np.int32)
         del where
         if self.virtual:
             keep = ~np.isin(rank, np.fromiter(self.virtual, dtype=np.int32))
@@ -411,3 +433,4 @@ class TaskGraph:
             out[(k // width, names[k % width])] = (array("i", pieces[s].tobytes()),
                                                    array("q", places[s].tobytes()))
         return out
+

@@ -24,6 +24,7 @@ DP composes with every other parallelism over the dp x cp group of each stage:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import product
 from typing import Any
 
 from simtrain.parallel.ddp import DP_STREAM, Bucket, assign_buckets
@@ -157,9 +158,9 @@ def reduce_gradients(em: Emitter, stage: int, chunk: int, units: Sequence[Unit],
             if len(grp) == 1:
                 continue
             for b in bucket_list:
-                if o.overlap:
-                    deps = sorted({st.grad_ready[(r, p.name)] for r in grp for p in b.params
-                                   if (r, p.name) in st.grad_ready})
+                if o.overlap:  # the tasks producing the bucket's gradients on the group
+                    ready = set(map(st.grad_ready.get, product(grp, [p.name for p in b.params])))
+                    deps = sorted(t for t in ready if t is not None)
                 else:
                     deps = em.group_deps(grp)
                 name = f"ddp bucket {b.index}" if d.zero == 0 else f"zero rs {b.index}"

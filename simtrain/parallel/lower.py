@@ -40,7 +40,7 @@ from simtrain.parallel import data_parallel, program
 from simtrain.parallel.bucket_prepass import PrepassWatch
 from simtrain.parallel.context import emit_ring
 from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, emit_param_gather
-from simtrain.parallel.emit import Emitter
+from simtrain.parallel.emit import Emitter, collection_paused
 from simtrain.parallel.expert import Dispatch, with_route_splits
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
@@ -242,6 +242,10 @@ class Lowering:
 
     def run(self) -> None:
         """Emit every stage's schedule, interleaved through a worklist, then the optimizer."""
+        with collection_paused():
+            self._run()
+
+    def _run(self) -> None:
         o, em = self.o, self.em
         if o.overlap_param_gather and self.dims.zero in (1, 2):
             for s in range(self.dims.pp):

@@ -93,10 +93,11 @@ def send(em: Emitter, schedule: Schedule, step: Step, nbytes: float, inbox: Inbo
     out: dict[int, int] = {}
     if dst_s != s:
         stream = f"pp {'fwd' if step.phase == 'F' else 'bwd'} {s}>{dst_s}"
-        for src, dst in zip(em.stage_ranks[s], em.stage_ranks[dst_s], strict=True):
-            out[dst] = em.p2p(src, dst, nbytes, f"pp {step.phase} mb{step.microbatch}",
-                              kind="pp_comm", stream=stream, deps=em.dep(src),
-                              meta={"microbatch": step.microbatch, "chunk": step.chunk})
+        srcs, dsts = em.stage_ranks[s], em.stage_ranks[dst_s]
+        first = em.p2p_each(srcs, dsts, nbytes, f"pp {step.phase} mb{step.microbatch}",
+                            kind="pp_comm", stream=stream, deps=list(map(em.dep, srcs)),
+                            meta={"microbatch": step.microbatch, "chunk": step.chunk})
+        out = dict(zip(dsts, range(first, first + len(dsts)), strict=True))
     inbox[(dst_s, dst_c, step.microbatch, step.phase)] = out
 
 
