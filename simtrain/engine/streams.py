@@ -214,20 +214,27 @@ class Stream:
                 state = _HOST
                 self.since = -1.0
             if state == _HOST:
-                tid = tasks[self.i]
-                if self.since >= 0:
-                    ex.timeline.record_host(self.rank, self.since, env._now, tid)
-                arrived = ex.arrivals.get(tid)
-                if arrived is None:
-                    arrived = ex.arrivals[tid] = {}
-                arrived[self.rank] = env._now
-                if len(arrived) == ex.need[self.graph_columns[1][tid]]:
-                    Collective(ex, tid, arrived)
-                self._wait(self._waiter(tid), _COMM)
+                self._arrive(tasks[self.i])
                 return
             if state == _COMM:
                 self.i += 1
                 state = _TOP
+
+    def _arrive(self, tid: int) -> None:
+        """Arrive at collective ``tid`` (its dependencies and the host done): close a host
+        span, count the arrival, start the collective when every member is there, and wait
+        for its end."""
+        ex = self.ex
+        now = ex.env._now
+        if self.since >= 0:
+            ex.timeline.record_host(self.rank, self.since, now, tid)
+        arrived = ex.arrivals.get(tid)
+        if arrived is None:
+            arrived = ex.arrivals[tid] = {}
+        arrived[self.rank] = now
+        if len(arrived) == ex.need[self.graph_columns[1][tid]]:
+            Collective(ex, tid, arrived)
+        self._wait(self._waiter(tid), _COMM)
 
 
 class CommStream(Stream):
@@ -260,15 +267,7 @@ class CommStream(Stream):
                 self._wait(env.timeout(first - env._now), _HOST)
                 return
             self.since = -1.0
-        if self.since >= 0:
-            ex.timeline.record_host(self.rank, self.since, env._now, tid)
-        arrived = ex.arrivals.get(tid)
-        if arrived is None:
-            arrived = ex.arrivals[tid] = {}
-        arrived[self.rank] = env._now
-        if len(arrived) == ex.need[self.graph_columns[1][tid]]:
-            Collective(ex, tid, arrived)
-        self._wait(self._waiter(tid), _COMM)
+        self._arrive(tid)
 
 
 def collectives_only(ex: Executor, tasks: Sequence[int]) -> bool:

@@ -8,35 +8,17 @@ The docstring of simtrain/engine/lockstep.py states the conditions both check.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from simtrain.engine.lockstep import LockstepGroup  # the same value type
 
 if TYPE_CHECKING:
     from simtrain.engine.taskgraph import TaskGraph
 
 # Task columns a member task must share with its counterpart.
 _SAME = ("kind", "name", "stream", "duration", "flops", "nbytes", "comm", "meta")
-
-
-@dataclass(frozen=True)
-class LockstepGroup:  # as simtrain.engine.lockstep's
-    """Ranks whose streams are parallel (see the module docstring).
-
-    ``tasks[s]`` is an (members x tasks) array of task ids on stream ``s``, row k for
-    ``ranks[k]``; ``shared[s]`` marks the positions where every row holds the same task.
-    """
-
-    ranks: tuple[int, ...]
-    tasks: dict[str, np.ndarray]
-    shared: dict[str, np.ndarray]
-    syncs: int  # member collectives: where members may leave at different times
-
-    @property
-    def member_tasks(self) -> int:
-        """Tasks the members run that are their own (counted over every member)."""
-        return sum(int((~self.shared[s]).sum()) * len(self.ranks) for s in self.tasks)
 
 
 def lockstep_groups(graph: TaskGraph, *, delays: Mapping[int, float] | None = None,
