@@ -11,7 +11,6 @@ deadlock with a diagnosis, never as a silent end.
 
 from __future__ import annotations
 
-import gc
 import math
 from array import array
 from collections.abc import Generator, Mapping, Sequence
@@ -23,6 +22,7 @@ from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel
 from simtrain.engine.ahead import Tentative, retime
 from simtrain.engine.collective import Program
+from simtrain.engine.collector import collection_paused
 from simtrain.engine.contention import ComputeSharing
 from simtrain.engine.fabric import Endpoint, Fabric, anchor, relocate
 from simtrain.engine.issue import IssueTimes
@@ -144,13 +144,8 @@ class Executor:
         # reference cycle (the flow units break theirs): the cyclic garbage collector's
         # passes over them found nothing and cost a fifth of the engine's CPU (bench_scale
         # dense-512 explicit). It is off while the loop runs, on again after.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collection_paused():
             return self._run()
-        finally:
-            if collecting:
-                gc.enable()
 
     def _run(self) -> Timeline:
         for (rank, stream), (tasks, places) in self.graph.stream_members().items():

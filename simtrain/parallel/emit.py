@@ -11,10 +11,8 @@ and plain collectives over a tp/cp/ep group.
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, islice, product, repeat
 from operator import lt
@@ -51,21 +49,6 @@ class State:
     unsharded: set[tuple[int, str]] = field(default_factory=set)
     # Megatron-Core's per-bucket passes before each DP collective (bucket_prepass.py)
     prepass: PrepassWatch | None = None
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off inside (as it was after): a lowering makes
-    millions of small acyclic containers (frontier lists, (rank, param) keys) that
-    reference counting frees, and every collection walks all those alive (a 16k-GPU
-    explicit step: ~1.5 of its ~4.4 CPU-s of lowering)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Emitter:

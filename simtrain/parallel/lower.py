@@ -35,12 +35,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from simtrain.engine.collector import collection_paused
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.parallel import data_parallel, program
 from simtrain.parallel.bucket_prepass import PrepassWatch
 from simtrain.parallel.context import emit_ring
 from simtrain.parallel.data_parallel import FSDP_AG_STREAM, emit_grad_scatter, emit_param_gather
-from simtrain.parallel.emit import Emitter, collection_paused
+from simtrain.parallel.emit import Emitter
 from simtrain.parallel.expert import Dispatch, with_route_splits
 from simtrain.parallel.fuse import fuse
 from simtrain.parallel.options import LowerOptions
