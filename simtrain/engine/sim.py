@@ -321,11 +321,9 @@ class Executor:
               seconds: float, sms: int = 0) -> tuple[float, float]:
         if self.model is None:
             return (0.0, 0.0)
-        if sms:  # not NCCL's kernels: their own SM count (TE userbuffers)
-            return self.model.load(call.op, call.nbytes, len(call.ranks), protocol,
-                                   algorithm, seconds, sms=sms)
+        # sms > 0: not NCCL's kernels, their own SM count (TE userbuffers)
         return self.model.load(call.op, call.nbytes, len(call.ranks), protocol, algorithm,
-                               seconds)
+                               seconds, sms=sms)
 
     def _diagnose(self) -> str:
         """Name the ranks that stopped issuing work first, then the chain of waits behind."""

@@ -52,7 +52,7 @@ def test_one_slowdown_by_hand() -> None:
 class _Fixed:
     """An interference model holding a fixed share of SMs while any collective runs."""
 
-    def load(self, op, nbytes, nranks, protocol, algorithm, seconds):
+    def load(self, op, nbytes, nranks, protocol, algorithm, seconds, sms=0):
         return 0.25, 0.0
 
     def rate(self, flops, duration, sm_share, hbm_share):
