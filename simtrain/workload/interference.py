@@ -25,8 +25,9 @@ default), all-to-all 2 per peer up to the communicator's channels.
 ``NCCL_CHANNELS``: ring/tree channels of a communicator on each architecture's NVSwitch
 servers, as NCCL's topology search logs them ("<n> coll channels"): its search finds
 rings over the GPU's NVLink links and duplicates them (``ncclTopoPostset``), capped by
-MAXCHANNELS 32. The values are the commonly logged ones on DGX/HGX systems, not read
-in the reference data; range 2-32; ``compute.comm_channels`` overrides them. SM counts
+MAXCHANNELS (64 in NCCL 2.26.2's binary, docs/collectives.md; 32 in older releases). The
+values are the commonly logged ones on DGX/HGX systems, not read in the reference data;
+range 2-32; ``compute.comm_channels`` overrides them. SM counts
 come from the GPU catalogue (shared/reference/hardware.yaml ``sms``: A100 108, H100 132).
 """
 
