@@ -71,7 +71,16 @@ def megatron_bridge(source: dict[str, Any], shapes: Shapes) -> list[dict[str, An
             training=training, model_extra=extra, needs=needs,
             par={**BRIDGE_DDP, **bridge_recompute(cfg, prec)},
             compute={"cross_entropy": bridge_loss(cfg)}))
+        if rows[-1]["scenario"]["model"].get("num_experts"):
+            rows[-1]["scenario"]["model"]["expert_gemm"] = BRIDGE_EXPERT_GEMM
     return unique(rows)
+
+
+# Megatron Bridge's MoE recipes build Megatron-Core's Transformer Engine spec, whose experts
+# are TEGroupedMLP (``moe_grouped_gemm = True``; megatron-core 0.16.1 ``transformer/moe/
+# experts.py``): TE's GroupedLinear, one cuBLAS GEMM per local expert
+# (``simtrain.workload.layers.expert_launches``).
+BRIDGE_EXPERT_GEMM = "per-expert"
 
 
 def bridge_loss(cfg: dict[str, Any]) -> str:

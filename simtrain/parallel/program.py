@@ -55,10 +55,11 @@ def kernel(op: Op, kind: str, expert: bool, layer: int, duration: Duration,
     # Positional: templates are built for every kernel of a stage (frozen, so not cheap).
     if expert:
         return Kernel(op.name, kind, 0.0, t, 0.0, op.flops, layer, names if owns else (),
-                      names if kind == "forward" else (), op.kind == "gemm", 1, op.grad,
-                      linears)
+                      names if kind == "forward" else (), op.kind == "gemm", op.launches,
+                      op.grad, linears)
     return Kernel(op.name, kind, t, 0.0, op.flops, 0.0, layer, names if owns else (),
-                  names if kind == "forward" else (), op.kind == "gemm", 1, op.grad, linears)
+                  names if kind == "forward" else (), op.kind == "gemm", op.launches, op.grad,
+                  linears)
 
 
 def forward(unit: Unit, kind: str, cp: int, duration: Duration) -> list[Template]:

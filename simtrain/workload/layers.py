@@ -204,6 +204,26 @@ def attention_ops(cfg: ModelConfig, p: str, b: int, heads: int, sq: int, sk: int
     return ops
 
 
+def expert_launches(expert_gemm: str, local_experts: int) -> int:
+    """Kernels the host issues for one of a rank's grouped expert GEMMs (its forward, and
+    each of its dgrad and wgrad): 1 for a grouped kernel (``model.expert_gemm:
+    grouped``), else one GEMM per local expert. Transformer Engine's ``GroupedLinear``
+    passes per-expert operand lists to ``general_grouped_gemm`` in its forward, dgrad and
+    wgrad (transformer_engine 2.9.0 ``pytorch/module/grouped_linear.py``), which hands
+    them to ``tex.te_general_grouped_gemm`` (``pytorch/cpp_extensions/gemm.py``), one
+    cuBLAS GEMM per pair "on multiple streams" (``common/include/transformer_engine/
+    gemm.h``, docs/moe.md). Qwen3-30B-A3B on EP 8 (16 local experts): 16 per GEMM, 96
+    per layer for fc1 and fc2 forward, dgrad and wgrad, against 6 grouped.
+    """
+    if local_experts < 1:
+        raise ValueError(f"a rank holds at least one local expert, got {local_experts}")
+    if expert_gemm == "grouped":
+        return 1
+    if expert_gemm == "per-expert":
+        return local_experts
+    raise ValueError(f"unknown model.expert_gemm {expert_gemm!r}; use grouped or per-expert")
+
+
 def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
             tp: int) -> tuple[Op, list[Op]]:
     """The router GEMM (m, E, h) and ``local_experts`` experts' MLP as grouped kernels.
@@ -228,7 +248,8 @@ def moe_ops(cfg: ModelConfig, p: str, m: int, dt: int, local_experts: int,
         _, n, kdim = op.gemm_shape
         shape = (-(-tokens // local_experts), n, kdim)
         return Op(op.name, op.kind, op.flops, op.bytes + extra, shape, params,
-                  op.activation_bytes, role="expert", groups=local_experts)
+                  op.activation_bytes, role="expert", groups=local_experts,
+                  launches=expert_launches(cfg.expert_gemm, local_experts))
 
     # The activation with its clamp is Megatron-Core's "moe_act" (TEGroupedMLP bias_act_func).
     act = replace(_act(cfg, f"{p}.mlp.act", tokens, fc1_out, fe, dt), role="expert",

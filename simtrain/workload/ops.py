@@ -51,7 +51,9 @@ class Op:
     "core_attention" (softmax(QKᵀ)V, recomputed under selective recompute) or None.
     ``groups``: a grouped GEMM (one kernel over a rank's local experts, Megatron-Core
     ``--moe-grouped-gemm``) runs ``groups`` GEMMs of ``gemm_shape`` each; ``flops`` and
-    ``bytes`` are the kernel's totals.
+    ``bytes`` are the kernel's totals. ``launches``: the kernels the host issues for it
+    (a grouped GEMM run as one GEMM per expert, ``workload.layers.expert_launches``); a
+    GEMM's dgrad and wgrad issue as many each.
     """
 
     name: str
@@ -74,6 +76,7 @@ class Op:
     # The Megatron-Core module (``recompute_modules`` name, workload.moe.RECOMPUTE_MODULES)
     # whose output-discarding checkpoint re-runs this kernel when the plan names it.
     module: str | None = None
+    launches: int = 1
 
 
 # Passes of the unfused fp32 cross-entropy over the logits, in bytes per logit beyond the
@@ -176,9 +179,9 @@ def backward_ops(op: Op) -> tuple[Op, ...]:
         m, n, k = op.gemm_shape
         g = op.groups  # grouped: each expert's dgrad and wgrad (over its own m tokens)
         return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0,
-                   "input", r, g),
+                   "input", r, g, launches=op.launches),
                 Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0,
-                   "weight", r, g))
+                   "weight", r, g, launches=op.launches))
     if op.kind == "attention":
         return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
                    op.params, 0.0, "input", r),)
