@@ -177,15 +177,15 @@ class ModelConfig(BaseModel):
     # rank (1 + imbalance) x the mean load.
     num_experts: int = 0
     experts_per_token: int = 2
+    moe_ffn_hidden_size: int | None = None
+    capacity_factor: float | None = None
+    routing_imbalance: float = 0.0
     # How a rank's local experts' GEMMs are launched (host issue only; the GPU time is the
     # grouped GEMM's, compute.gemm_efficiency): "grouped", one kernel (a CUTLASS grouped
     # GEMM: Megatron-Core's legacy GroupedMLP, torch._grouped_mm); "per-expert", one kernel
     # per local expert, as Transformer Engine's GroupedLinear (Megatron-Core TEGroupedMLP)
     # runs them (workload.layers.expert_launches).
     expert_gemm: Literal["grouped", "per-expert"] = "grouped"
-    moe_ffn_hidden_size: int | None = None
-    capacity_factor: float | None = None
-    routing_imbalance: float = 0.0
     # Node-limited routing: each token's experts lie on at most this many nodes (DeepSeek-V3:
     # 4); it lowers the network bytes of a DeepEP dispatch (parallelism.moe_dispatcher).
     routing_node_limit: int | None = None
