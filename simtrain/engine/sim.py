@@ -20,7 +20,7 @@ import simpy
 
 from simtrain.comm.algorithms import Call
 from simtrain.comm.model import CommModel
-from simtrain.engine.ahead import Tentative, retime
+from simtrain.engine.ahead import END, Tentative, retime
 from simtrain.engine.collective import Program
 from simtrain.engine.collector import collection_paused
 from simtrain.engine.contention import ComputeSharing
@@ -107,6 +107,7 @@ class Executor:
         self.sharing = ComputeSharing(self.env, self._rate, on_change=self._retime,
                                       virtual=frozenset(graph.virtual))
         self._chains: dict[int, list[Tentative]] = {}  # rank -> its streams' chains
+        self._chains_on: dict[tuple[int, ...], list[Tentative]] = {}  # ranks -> theirs
         self._moves: dict[int, list[simpy.Event]] = {}  # task -> events at its tentative end
         self.network = FlowNetwork(self.env, fabric.links, self.comm.capacity)
         # When each task ended (inf: not yet known). Without interference a stream runs its
@@ -250,14 +251,18 @@ class Executor:
     def _retime(self, ranks: tuple[int, ...]) -> None:
         """``ranks``' collective load changed: re-time the chains run ahead on them."""
         now = self.env._now
-        chains = self._chains
-        for rank in ranks:
-            for chain in chains.get(rank, ()):
-                # A stream waits for its wake-up or past it (Stream._skip); a chain whose
-                # every task has computed by now has nothing to re-time.
-                entries = chain.entries
-                if entries and entries[-1].end > now:
-                    retime(self, chain)
+        # Every collective's start and end asks, for its group: the group's chains (in rank
+        # order, each rank's in stream order) are listed once per group.
+        chains = self._chains_on.get(ranks)
+        if chains is None:
+            chains = self._chains_on[ranks] = [
+                chain for rank in ranks for chain in self._chains.get(rank, ())]
+        for chain in chains:
+            # A stream waits for its wake-up or past it (Stream._skip); a chain whose
+            # every task has computed by now has nothing to re-time.
+            entries = chain.entries
+            if entries and entries[-1][END] > now:
+                retime(self, chain)
 
     def _at_end(self, tid: int, when: float, event: simpy.Event) -> simpy.Event:
         """Schedule ``event`` at task ``tid``'s end ``when``; a tentative end (in the future,
