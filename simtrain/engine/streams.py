@@ -137,13 +137,21 @@ class Stream:
         return True
 
     def _waiter(self, tid: int) -> simpy.Event:
-        """``Executor._waiter``, its common case (a task not ended, nor run ahead) inline."""
-        if self.finish[tid] == math.inf:
+        """``Executor._waiter`` inline: an event that fires when ``tid`` ends (this runs at
+        every collective's arrival and at every wait for a task run ahead)."""
+        when = self.finish[tid]
+        if when == math.inf:  # not ended, nor run ahead: its end's event, made on demand
             waiter = self.waiters.get(tid)
             if waiter is None:
                 waiter = self.waiters[tid] = simpy.Event(self.ex.env)
             return waiter
-        return self.ex._waiter(tid)
+        ex = self.ex
+        if when > ex.env._now:  # a chain run ahead: Executor._at_end (the end may move)
+            event = ex.env.at(when)
+            if ex.interferes:
+                ex._moves.setdefault(tid, []).append(event)
+            return event
+        return ex.env.at(ex.env._now)
 
     def _wait(self, event: simpy.Event, state: int) -> None:
         self.state = state
