@@ -102,6 +102,7 @@ class Tentative:
     entries: list[Entry] = field(default_factory=list)
     own: set[int] = field(default_factory=set)
     wake: simpy.Event | None = None
+    slot: int = 0  # its index in Executor.chain_end (the end of its last entry)
 
 
 def extend(ex: Executor, st: Tentative, now: float) -> None:
@@ -167,6 +168,7 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
         i += 1
     st.i = i
     st.until = now
+    ex.chain_end[st.slot] = entries[-1][END] if entries else -math.inf
 
 
 def _publish(ex: Executor, tid: int, end: float) -> None:
@@ -234,3 +236,4 @@ def flush(ex: Executor, st: Tentative) -> None:
     st.entries.clear()
     st.own.clear()
     st.wake = None
+    ex.chain_end[st.slot] = -math.inf

@@ -54,6 +54,7 @@ class Stream:
         self.chain = Tentative(rank, tasks, places, self.slowdown) if computes else None
         if self.chain is not None:
             ex._chains.setdefault(rank, []).append(self.chain)
+            self.chain.slot, ex.chain_count = ex.chain_count, ex.chain_count + 1
         self.state = _TOP
         self.since = 0.0
         # What ``step`` reads per task (``Executor._pending`` / ``_waiter``, inline).
