@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -42,6 +42,7 @@ def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[in
     finish, waiters, comm_of, duration, _, dep_start, dep_ids, first, last, issue_any = \
         ex.columns
     add_rank, add_start, add_end, add_ref = ex.rows
+    kernels, meta = ex._meta_kernels, ex.graph.meta
     n = len(tasks)
     while i < n:
         tid = tasks[i]
@@ -66,7 +67,7 @@ def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[in
             now = now + work * slowdown
         add_rank(rank), add_start(start), add_end(now), add_ref(tid * 4 + TASK_SPAN)
         if issued:
-            tail = last[places[i]] + work * slowdown / ex._kernels(tid)
+            tail = last[places[i]] + work * slowdown / kernels[meta[tid]]
             if tail > now:
                 began, now = now, now + (tail - now)
                 add_rank(rank), add_start(began), add_end(now), add_ref(tid * 4 + HOST_SPAN)
@@ -79,24 +80,12 @@ def run_fixed(ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[in
     return i, now
 
 
-@dataclass(eq=False, slots=True)
-class _Entry:
-    """One tentative task of a chain: reached at ``ready``, computing [start, end), passed at
-    ``reach`` (after the wait for its last kernel's issue); a countdown of ``remaining`` work
-    seconds at ``rate`` since ``since``."""
-
-    pos: int  # index in the stream's task list
-    tid: int
-    ready: float
-    start: float
-    end: float
-    reach: float
-    work: float
-    flops: float
-    rate: float
-    since: float
-    remaining: float
-    tail: float  # when its last kernel can end by the host's issue (-inf: no bound)
+# One tentative task of a chain, a list (cheaper to make than an object: one per task):
+# reached at READY, computing [START, END), passed at REACH (after the wait for its last
+# kernel's issue); a countdown of REMAINING work seconds at RATE since SINCE; TAIL: when its
+# last kernel can end by the host's issue (-inf: no bound).
+POS, TID, READY, START, END, REACH, WORK, FLOPS, RATE, SINCE, REMAINING, TAIL = range(12)
+Entry = list[Any]  # [pos (index in the stream's task list), tid, ready, start, end, ...]
 
 
 @dataclass(eq=False, slots=True)
@@ -110,9 +99,10 @@ class Tentative:
     i: int = 0  # first task not in the chain
     base: float = 0.0  # when the stream reached the chain's first task
     until: float = 0.0  # when it reaches tasks[i]
-    entries: list[_Entry] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
     own: set[int] = field(default_factory=set)
     wake: simpy.Event | None = None
+    slot: int = 0  # its index in Executor.chain_end (the end of its last entry)
 
 
 def extend(ex: Executor, st: Tentative, now: float) -> None:
@@ -121,11 +111,12 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
     clock = ex.env._now
     finish, waiters, comm_of, duration, flops, dep_start, dep_ids, first, last, issue_any = \
         ex.columns
-    rate_of, load = ex.sharing.rate_of, ex.sharing.load.get(st.rank)
+    load = ex.sharing.load.get(st.rank)
     # The rate is 1 where no collective runs on the rank (Executor._rate's first case).
-    loaded = load is not None and load[0] > 0
+    rate_of = ex.sharing.rate_of if load is not None and load[0] > 0 else None
     tasks, places, slowdown, own, entries = st.tasks, st.places, st.slowdown, st.own, st.entries
     moves = ex._moves
+    kernels, meta = ex._meta_kernels, ex.graph.meta
     if not entries:
         st.base = now
     i, n = st.i, len(tasks)
@@ -145,24 +136,25 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
         if ready == math.inf:
             break
         now = ready
-        f = first[places[i]] if issue_any else 0.0
-        issued = issue_any and f == f
-        if issued and f > now:
-            now = now + (f - now)
+        tail = -math.inf
+        if issue_any:
+            f = first[places[i]]
+            if f == f:  # (NaN: no issue time)
+                if f > now:
+                    now = now + (f - now)
+                tail = last[places[i]] + duration[tid] * slowdown / kernels[meta[tid]]
         start = now
         work = duration[tid]
         rate, f = 1.0, flops[tid]
         if work > 0:
             work = work * slowdown
-            if loaded:
+            if rate_of is not None:
                 rate = rate_of(work, f, load)
             now = now + work / rate
-        tail = (last[places[i]] + duration[tid] * slowdown / ex._kernels(tid) if issued
-                else -math.inf)
-        entry = _Entry(i, tid, ready, start, now, now, work, f, rate, start, work, tail)
+        end = now
         if tail > now:
-            entry.reach = now = now + (tail - now)
-        entries.append(entry)
+            now = now + (tail - now)
+        entries.append([i, tid, ready, start, end, now, work, f, rate, start, work, tail])
         own.add(tid)
         finish[tid] = now  # _publish, inline
         if moves:
@@ -176,6 +168,7 @@ def extend(ex: Executor, st: Tentative, now: float) -> None:
         i += 1
     st.i = i
     st.until = now
+    ex.chain_end[st.slot] = entries[-1][END] if entries else -math.inf
 
 
 def _publish(ex: Executor, tid: int, end: float) -> None:
@@ -197,27 +190,28 @@ def retime(ex: Executor, st: Tentative) -> None:
     """The rank's load changed now: re-time the chain from the task computing now on."""
     now = ex.env.now
     entries = st.entries
-    k = next((j for j, e in enumerate(entries) if e.end > now), None)
+    k = next((j for j, e in enumerate(entries) if e[END] > now), None)
     if k is None:
         return  # every task of the chain has computed: only host waits remain
     e = entries[k]
-    if e.start < now:  # running: settle at the old rate, continue at the new one
-        rate = ex.sharing.rate_of(e.work, e.flops, ex.sharing.load.get(st.rank))
-        if rate != e.rate:
-            e.remaining -= (now - e.since) * e.rate
-            e.since, e.rate = now, rate
-            e.end = now if e.remaining <= e.work * 1e-12 else now + e.remaining / rate
-            e.reach = e.end + (e.tail - e.end) if e.tail > e.end else e.end
-            _publish(ex, e.tid, e.reach)
-        drop, base, st.i = entries[k + 1:], e.reach, e.pos + 1
+    if e[START] < now:  # running: settle at the old rate, continue at the new one
+        rate = ex.sharing.rate_of(e[WORK], e[FLOPS], ex.sharing.load.get(st.rank))
+        if rate != e[RATE]:
+            e[REMAINING] -= (now - e[SINCE]) * e[RATE]
+            e[SINCE], e[RATE] = now, rate
+            e[END] = end = (now if e[REMAINING] <= e[WORK] * 1e-12
+                            else now + e[REMAINING] / rate)
+            e[REACH] = end + (e[TAIL] - end) if e[TAIL] > end else end
+            _publish(ex, e[TID], e[REACH])
+        drop, base, st.i = entries[k + 1:], e[REACH], e[POS] + 1
         del entries[k + 1:]
     else:  # not started: it and the rest start again at the new load
-        drop, st.i = entries[k:], e.pos
-        base = entries[k - 1].reach if k else st.base
+        drop, st.i = entries[k:], e[POS]
+        base = entries[k - 1][REACH] if k else st.base
         del entries[k:]
     for d in drop:
-        st.own.discard(d.tid)
-        ex.finish[d.tid] = math.inf
+        st.own.discard(d[TID])
+        ex.finish[d[TID]] = math.inf
     old = st.until
     extend(ex, st, base)
     if not entries:
@@ -230,15 +224,16 @@ def flush(ex: Executor, st: Tentative) -> None:
     """The stream has passed its chain: record the spans, forget the tentative state."""
     add_rank, add_start, add_end, add_ref = ex.rows
     rank, moves = st.rank, ex._moves
-    for e in st.entries:
-        tid = e.tid
-        if e.start > e.ready:
-            add_rank(rank), add_start(e.ready), add_end(e.start), add_ref(tid * 4 + HOST_SPAN)
-        add_rank(rank), add_start(e.start), add_end(e.end), add_ref(tid * 4 + TASK_SPAN)
-        if e.reach > e.end:
-            add_rank(rank), add_start(e.end), add_end(e.reach), add_ref(tid * 4 + HOST_SPAN)
+    for _, tid, ready, start, end, reach, _, _, _, _, _, _ in st.entries:  # an Entry
+        ref = tid * 4
+        if start > ready:
+            add_rank(rank), add_start(ready), add_end(start), add_ref(ref + HOST_SPAN)
+        add_rank(rank), add_start(start), add_end(end), add_ref(ref + TASK_SPAN)
+        if reach > end:
+            add_rank(rank), add_start(end), add_end(reach), add_ref(ref + HOST_SPAN)
         if moves:
             moves.pop(tid, None)
     st.entries.clear()
     st.own.clear()
     st.wake = None
+    ex.chain_end[st.slot] = -math.inf

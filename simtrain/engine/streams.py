@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 # Where a stream resumes: the top of its loop, after the wait for a fixed chain's end,
 # after a tentative chain's wake-up, after the task's dependencies, after the host issued
-# a collective, after the collective ended, after the dependency that stopped its chain.
-_TOP, _REACHED, _CHAIN, _DEPS, _HOST, _COMM, _SKIPPED = range(7)
+# a collective, after the collective ended, after the dependency that stopped its chain;
+# and (never waited in) where it runs a chain from the task it is at.
+_TOP, _REACHED, _CHAIN, _DEPS, _HOST, _COMM, _SKIPPED, _AHEAD = range(8)
 _NONE: tuple[int, ...] = ()
 
 
@@ -38,7 +39,7 @@ class Stream:
     """One (rank, stream) of a rank that does not hang; call ``begin`` at t = 0."""
 
     __slots__ = ("ex", "rank", "tasks", "places", "n", "i", "cursor", "slowdown", "chain",
-                 "state", "since", "until", "finish", "waiters", "graph_columns")
+                 "state", "since", "until", "finish", "waiters", "graph_columns", "first")
 
     def __init__(self, ex: Executor, rank: int, tasks: Sequence[int], places: Sequence[int],
                  cursor: list[int]) -> None:
@@ -53,12 +54,14 @@ class Stream:
         self.chain = Tentative(rank, tasks, places, self.slowdown) if computes else None
         if self.chain is not None:
             ex._chains.setdefault(rank, []).append(self.chain)
+            self.chain.slot, ex.chain_count = ex.chain_count, ex.chain_count + 1
         self.state = _TOP
         self.since = 0.0
         # What ``step`` reads per task (``Executor._pending`` / ``_waiter``, inline).
         self.finish, self.waiters = ex.finish, ex._waiters
         g = ex.graph
         self.graph_columns = (g.comm, g.group, ex.sizes, g.dep_start, g.dep_ids)
+        self.first = ex.issue.first if ex._issue_any else None  # host issue times
         self.until = 0.0  # when a fixed chain run ahead ends
 
     @property
@@ -70,21 +73,24 @@ class Stream:
         """The chain ends in the future at a compute task that needs a task not yet ended
         (a collective, typically): wait for that task instead of the chain's end, which the
         stream would only wake at to find the task still pending. Whether it waits."""
-        ex = self.ex
         i = self.chain.i if self.chain is not None else self.i
         if i >= self.n:
             return False
         tid = self.tasks[i]
-        g = ex.graph
-        if g.comm[tid] >= 0:
+        comm_of, _, _, dep_start, dep_ids = self.graph_columns
+        if comm_of[tid] >= 0:
             return False  # a collective: the stream must arrive at the chain's end
-        finish, dep_ids = ex.finish, g.dep_ids
-        for k in range(g.dep_start[tid], g.dep_start[tid + 1]):
+        finish = self.finish
+        for k in range(dep_start[tid], dep_start[tid + 1]):
             d = dep_ids[k]
             if finish[d] == math.inf:
                 self.cursor[0] = tid
-                ex._skipping.add(self)
-                self._wait(self._waiter(d), _SKIPPED)
+                self.ex._skipping.add(self)
+                waiter = self.waiters.get(d)  # Executor._waiter's case of a task not ended
+                if waiter is None:
+                    waiter = self.waiters[d] = simpy.Event(self.ex.env)
+                self.state = _SKIPPED
+                waiter.callbacks.append(self.step)  # type: ignore[union-attr]
                 return True
         return False
 
@@ -132,13 +138,21 @@ class Stream:
         return True
 
     def _waiter(self, tid: int) -> simpy.Event:
-        """``Executor._waiter``, its common case (a task not ended, nor run ahead) inline."""
-        if self.finish[tid] == math.inf:
+        """``Executor._waiter`` inline: an event that fires when ``tid`` ends (this runs at
+        every collective's arrival and at every wait for a task run ahead)."""
+        when = self.finish[tid]
+        if when == math.inf:  # not ended, nor run ahead: its end's event, made on demand
             waiter = self.waiters.get(tid)
             if waiter is None:
                 waiter = self.waiters[tid] = simpy.Event(self.ex.env)
             return waiter
-        return self.ex._waiter(tid)
+        ex = self.ex
+        if when > ex.env._now:  # a chain run ahead: Executor._at_end (the end may move)
+            event = ex.env.at(when)
+            if ex.interferes:
+                ex._moves.setdefault(tid, []).append(event)
+            return event
+        return ex.env.at(ex.env._now)
 
     def _wait(self, event: simpy.Event, state: int) -> None:
         self.state = state
@@ -149,19 +163,25 @@ class Stream:
         ex = self.ex
         env = ex.env
         tasks, n = self.tasks, self.n
-        comm_of = ex.graph.comm
+        comm_of = self.graph_columns[0]
         chain = self.chain
         state = self.state
+        # Where this call's last chain stopped: a compute task there waits for a dependency
+        # (the chain checked them now). At any other compute task the stream reaches, the
+        # chain runs it without a wait for its dependencies first (it checks them itself).
+        stop = -1
         while True:
             if state == _TOP:
                 if self.i >= n:
                     self.cursor[0] = -1
                     return
-                if comm_of[tasks[self.i]] >= 0:
-                    state = _REACHED  # no chain to run: it starts with a collective
-                elif chain is None:
+                # a collective: no chain to run
+                state = _REACHED if comm_of[tasks[self.i]] >= 0 else _AHEAD
+            if state == _AHEAD:
+                if chain is None:
                     self.i, until = run_fixed(ex, self.rank, tasks, self.places, self.i,
                                               self.slowdown)
+                    stop = self.i
                     if until > env._now:
                         self.until = until
                         if not self._skip():
@@ -171,6 +191,7 @@ class Stream:
                 else:
                     chain.i = self.i
                     extend(ex, chain, env._now)
+                    stop = chain.i
                     if chain.until > env._now and self._skip():
                         return
                     state = _CHAIN
@@ -198,15 +219,18 @@ class Stream:
                     return
                 tid = tasks[self.i]
                 self.cursor[0] = tid
+                if comm_of[tid] < 0 and self.i != stop:
+                    state = _AHEAD  # a compute task: the chain runs it if it is ready
+                    continue
                 state = _DEPS
                 if self._wait_deps(tid):
                     return
             if state == _DEPS:
                 tid = tasks[self.i]
                 if comm_of[tid] < 0:
-                    state = _TOP  # its dependencies have ended: the chain runs it
+                    state = _AHEAD  # its dependencies have ended: the chain runs it
                     continue
-                first = ex.issue.first[self.places[self.i]] if ex._issue_any else math.nan
+                first = self.first[self.places[self.i]] if self.first is not None else math.nan
                 if first > env._now:  # (NaN: no issue time)
                     self.since = env._now  # the GPU waits for the host: a "host" span
                     self._wait(env.timeout(first - env._now), _HOST)
@@ -261,7 +285,7 @@ class CommStream(Stream):
         else:
             tid = self.tasks[self.i]
         if state != _HOST:
-            first = ex.issue.first[self.places[self.i]] if ex._issue_any else math.nan
+            first = self.first[self.places[self.i]] if self.first is not None else math.nan
             if first > env._now:  # (NaN: no issue time)
                 self.since = env._now  # the GPU waits for the host: a "host" span
                 self._wait(env.timeout(first - env._now), _HOST)

@@ -68,6 +68,53 @@ def test_chains_ahead_equal_running_every_task_as_its_own_process(seed, star_fab
     assert sorted(ahead.signature()) == sorted(per_task.signature())
 
 
+def _wide_graph(seed: int, ranks: int) -> TaskGraph:
+    """Every rank computes layers of random length; after each layer a data-parallel
+    all-reduce over all ranks (needing that layer) overlaps the next layer's compute."""
+    rng = random.Random(seed)
+    g = TaskGraph(ranks)
+    last = {r: [] for r in range(ranks)}  # type: dict[int, list[int]]
+    for layer in range(4):
+        done = {r: g.compute(r, f"k{layer}", rng.uniform(0.01, 0.02), deps=last[r],
+                             flops=1e12) for r in range(ranks)}
+        g.collective("all_reduce", tuple(range(ranks)), 1e6, f"ar{layer}",
+                     deps=sorted(done.values()), stream="dp")
+        last = {r: [done[r]] for r in range(ranks)}
+    return g
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_wide_groups_chains_are_re_timed_as_each_would_be_alone(seed, star_fabric,
+                                                                  monkeypatch):
+    # 40 ranks: more chains than _MANY_CHAINS, so the executor finds the chains to
+    # re-time at each all-reduce's start and end with one pass over their ends; the
+    # spans equal those of running every task as its own process, bit for bit.
+    from simtrain.engine import sim
+    from simtrain.engine.sim import _MANY_CHAINS, Executor
+
+    retimed: list[int] = []
+    inner = sim.retime
+
+    def counted(ex, st):  # type: ignore[no-untyped-def]
+        retimed.append(st.rank)
+        inner(ex, st)
+
+    monkeypatch.setattr(sim, "retime", counted)
+    ranks = 40
+    assert ranks > _MANY_CHAINS
+    fabric = star_fabric(ranks, 1e9, 1e-6)
+    ex = Executor(_wide_graph(seed, ranks), fabric, interference=0.3)
+    ahead = ex.run()
+    wide = ex._chains_on[tuple(range(ranks))]
+    assert wide[1] is not None and len(wide[0]) == ranks
+    assert retimed  # chains were re-timed through the wide path
+    per_task = execute(_wide_graph(seed, ranks), fabric, interference=0.3,
+                       hangs=dict.fromkeys(range(ranks), 1e9))
+    assert sorted(ahead.signature()) == sorted(per_task.signature())
+    moved = [s for s in ahead if s.name.startswith("k") and s.end - s.start > 0.0201]
+    assert moved  # some compute was slowed by an all-reduce it overlapped
+
+
 def test_the_task_view_reads_back_what_was_added():
     g = TaskGraph(4)
     a = g.compute(1, "a", 2.0, kind="forward", flops=3.0, nbytes=4.0, meta={"microbatch": 0})

@@ -118,3 +118,43 @@ def test_the_loop_runs_without_the_cycle_collector_and_makes_no_unit_cycles(star
     with pytest.raises(SimulationDeadlock):
         execute(_stalled_graph(), star_fabric(2, 1e9, 0.0), hangs={1: 0.0})
     assert gc.isenabled()
+
+
+def _layers_graph(layers: int) -> TaskGraph:
+    """Two ranks, a tensor-parallel step's shape: per layer each rank computes, then the
+    pair all-gathers on its "tp" stream, and the next compute needs the all-gather."""
+    g = TaskGraph(2)
+    last = {0: [], 1: []}  # type: dict[int, list[int]]
+    for layer in range(layers):
+        mine = [g.compute(r, f"f{layer}", 0.5 + 0.25 * r, deps=last[r], flops=1e12)
+                for r in (0, 1)]
+        ag = g.collective("all_gather", (0, 1), 1e8, f"ag{layer}", deps=mine, stream="tp")
+        last = {0: [ag], 1: [ag]}
+    return g
+
+
+@pytest.mark.parametrize("interference", [0.0, 0.25])
+def test_a_ready_compute_task_runs_in_the_chain_without_a_wait_for_its_deps(
+        interference, star_fabric, monkeypatch):
+    # Each compute task after an all-gather is reached when the all-gather ends: its
+    # dependencies have ended, so the stream runs it in its chain at once, without first
+    # asking for its pending dependencies (Stream._wait_deps is asked only at the
+    # all-gathers, by the tp streams). The spans equal those of running every task as its
+    # own process (a far hang time switches the chains off).
+    from simtrain.engine import streams
+
+    asked: list[bool] = []
+    inner = streams.Stream._wait_deps
+
+    def counted(self, tid):  # type: ignore[no-untyped-def]
+        asked.append(self.graph_columns[0][tid] < 0)  # whether a compute task
+        return inner(self, tid)
+
+    monkeypatch.setattr(streams.Stream, "_wait_deps", counted)
+    fabric = star_fabric(2, 1e9, 1e-6)
+    ahead = execute(_layers_graph(6), fabric, interference=interference)
+    assert asked and not any(asked)
+    per_task = execute(_layers_graph(6), fabric, interference=interference,
+                       hangs=dict.fromkeys(range(2), 1e9))
+    assert sorted(ahead.signature()) == sorted(per_task.signature())
+    assert len(ahead.spans) == 6 * 2 * 2
