@@ -36,7 +36,6 @@ from simtrain.engine.fabric import (  # noqa: F401  (re-exported: one import for
 from simtrain.engine.isolated import ABS_EPS, REL_EPS, Trajectory
 from simtrain.engine.sharing import (  # noqa: F401
     check_transfers,
-    components,
     couple,
     isolated_time,
     max_min_rates,
@@ -68,7 +67,7 @@ class _Rated:
     labels: tuple[int, ...] | None = None
 
 
-_ID = attrgetter("id")
+_ID, _ROUTE, _CAP, _WEIGHTS = (attrgetter(name) for name in ("id", "route", "cap", "weights"))
 
 
 class FlowNetwork(AloneUnits):
@@ -251,6 +250,35 @@ class FlowNetwork(AloneUnits):
             return sorted(live, key=_ID)
         return sorted(chain(live, *groups.values()), key=_ID)
 
+    def _pieces(self, flows: list[Flow]) -> tuple[int, ...]:
+        """Label each of ``flows`` (a set no other active flow shares a link with) with its
+        connected set, numbered 0, 1, ... by their first flow; ``()`` when connected."""
+        # Breadth first over the link table, a whole frontier of links at a time: the dict
+        # and set operations run in C, Python touches each flow once.
+        users = self._users
+        label: dict[int, int] = {}
+        pieces = 0
+        for flow in flows:
+            if flow.id in label:
+                continue
+            found: dict[int, Flow] = {}
+            seen: set[int] = set()
+            frontier = set(flow.route)
+            while frontier:
+                seen |= frontier
+                reached: dict[int, Flow] = {}
+                for link in frontier:
+                    reached.update(users[link])
+                new = reached.keys() - found.keys()
+                found.update(reached)
+                frontier = set(chain.from_iterable(reached[fid].route for fid in new))
+                frontier -= seen
+            if not label and len(found) == len(flows):
+                return ()
+            label.update(dict.fromkeys(found, pieces))
+            pieces += 1
+        return tuple(label[flow.id] for flow in flows)
+
     def _recompute(self, flows: list[Flow], grouped: bool = False) -> None:
         """New max-min rates for a set of flows no other flow shares a link with (in
         creation order); each flow's ``group`` becomes its connected set (``grouped``:
@@ -258,12 +286,11 @@ class FlowNetwork(AloneUnits):
         if not flows:
             return
         now, heap, push, inf = self.env.now, self._heap, heapq.heappush, math.inf
-        routes = tuple(f.route for f in flows)
-        rated = self._rated(routes, tuple(f.cap for f in flows),
-                            tuple(f.weights for f in flows))
+        routes = tuple(map(_ROUTE, flows))  # (map and tuple.count: C loops)
+        rated = self._rated(routes, tuple(map(_CAP, flows)), tuple(map(_WEIGHTS, flows)))
         labels = rated.labels
         if labels is None:
-            labels = rated.labels = components(routes)
+            labels = rated.labels = self._pieces(flows)
         if labels:
             groups: list[list[Flow]] = [[] for _ in range(max(labels) + 1)]
             for flow, label in zip(flows, labels, strict=True):
@@ -298,9 +325,9 @@ class FlowNetwork(AloneUnits):
         """Max-min rates of a set of flows, memoised: the rates depend on nothing but these
         inputs, and a step repeats the same concurrent sets (every layer's all-to-all alone
         in its server, say)."""
-        if caps is not None and not any(c < float("inf") for c in caps):
+        if caps is not None and (not caps or min(caps) == math.inf):  # caps are > 0
             caps = None
-        if weights is not None and all(w is None for w in weights):
+        if weights is not None and weights.count(None) == len(weights):
             weights = None
         key = (routes, caps, weights)
         rated = self._rates.get(key)
@@ -372,22 +399,25 @@ class FlowNetwork(AloneUnits):
         """Re-rate the flows that were connected to the ``ended`` ones (now inactive)."""
         # A connected set less some of its flows is what a walk from the ended flows'
         # links finds: each part the ends split it into was linked to an ended flow.
-        group = ended[0].group
-        assert group is not None
-        if len(ended) == 1:
-            del group[group.index(ended[0])]  # the group stays one list object
-            ended[0].group = None
-            if group:  # else nothing was connected to it
-                self._recompute(group, grouped=True)
-            return
         groups = {id(flow.group): flow.group for flow in ended}
-        dead = {id(flow) for flow in ended}
         for flow in ended:
             flow.group = None
+        if len(groups) == 1:  # the group stays one list object, its flows' ``group``
+            group = groups.popitem()[1]
+            assert group is not None
+            if len(ended) <= 8:  # (index and del: C loops)
+                for flow in ended:
+                    del group[group.index(flow)]
+            else:
+                dead = set(map(id, ended))
+                group[:] = [flow for flow in group if id(flow) not in dead]
+            if group:  # else nothing was connected to them
+                self._recompute(group, grouped=True)
+            return
+        dead = set(map(id, ended))
         rest = [flow for g in groups.values() if g is not None for flow in g
                 if id(flow) not in dead]
-        if len(groups) > 1:
-            rest.sort(key=_ID)
+        rest.sort(key=_ID)
         if rest:
             self._recompute(rest)
 

@@ -116,30 +116,6 @@ def max_min_rates(
     return rates
 
 
-def components(routes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
-    """Label each flow with its connected set (flows sharing a link, transitively), sets
-    numbered 0, 1, ... by their first flow; ``()`` when every flow is in one set (an empty
-    route is a set of its own)."""
-    parent = list(range(len(routes)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = i = parent[parent[i]]
-        return i
-
-    owner: dict[int, int] = {}  # link -> a flow crossing it
-    for i, route in enumerate(routes):
-        for link in route:
-            j = owner.setdefault(link, i)
-            if j != i:
-                a, b = root(i), root(j)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-    number: dict[int, int] = {}
-    labels = tuple(number.setdefault(root(i), len(number)) for i in range(len(routes)))
-    return () if len(number) <= 1 else labels
-
-
 def _fill_arrays(routes: Sequence[tuple[int, ...]], capacity: Sequence[float],
                  caps: Sequence[float] | None,
                  weights: Sequence[tuple[float, ...] | None] | None) -> list[float]:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simtrain.engine import network
-from simtrain.engine.network import FlowNetwork, components, max_min_rates
-from simtrain.engine.units import Flow
+from simtrain.engine.network import FlowNetwork, max_min_rates
+from simtrain.engine.units import Batch, Flow
 
 
 def _links(capacity):
@@ -71,12 +71,17 @@ def _groups_are_components(net: FlowNetwork) -> None:
         assert flow.group == _walk(net, [flow.route])
 
 
-def test_components_by_hand():
+def test_pieces_by_hand():
     # Flows 0 and 2 share link 5, flow 1 is alone on link 7, flow 3 joins 0 via link 6:
     # sets {0, 2, 3} (labelled 0, by its first flow) and {1} (labelled 1).
-    assert components([(5, 6), (7,), (5,), (6, 8)]) == (0, 1, 0, 0)
-    assert components([(1, 2), (2, 3), (3,)]) == ()  # one set
-    assert components([(1,), ()]) == (0, 1)  # an empty route is a set of its own
+    env = simpy.Environment()
+    net = FlowNetwork(env, _links([1.0] * 9))
+    batch = Batch(env.event(), [], 0)
+    flows = [Flow(i, route, 1.0, batch, i) for i, route in enumerate([(5, 6), (7,), (5,), (6, 8)])]
+    net._add(flows)
+    assert net._pieces(flows) == (0, 1, 0, 0)
+    assert net._pieces([flows[1]]) == ()  # one set
+    assert net._pieces([flows[0], flows[2], flows[3]]) == ()
 
 
 @settings(max_examples=60, deadline=None)
