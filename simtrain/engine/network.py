@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple
 
 import simpy
@@ -56,6 +58,18 @@ class _Split(NamedTuple):
     kept: tuple[tuple[float, ...] | None, ...] | None
 
 
+@dataclass(eq=False, slots=True)
+class _Rated:
+    """A connected flow set's max-min rates, and which of its flows stay connected
+    (``components`` labels, found when first needed)."""
+
+    rates: list[float]
+    labels: tuple[int, ...] | None = None
+
+
+_ID, _ROUTE, _CAP, _WEIGHTS = (attrgetter(name) for name in ("id", "route", "cap", "weights"))
+
+
 class FlowNetwork(AloneUnits):
     """Executes byte transfers as flows sharing link bandwidth inside a SimPy environment.
 
@@ -85,7 +99,7 @@ class FlowNetwork(AloneUnits):
         self._mine: dict[tuple[object, ...], tuple[tuple[object, ...], Trajectory]] = {}
         self._links: dict[int, tuple[tuple[tuple[int, ...], ...], frozenset[int]]] = {}
         # max-min rates by (routes, caps, weights) of a connected set (``_recompute``)
-        self._rates: dict[tuple[object, ...], list[float]] = {}
+        self._rates: dict[tuple[object, ...], _Rated] = {}
         self._checked: dict[int, tuple[float, ...]] = {}  # weight tuples found valid, by id
         self._split: dict[int, _Split] = {}  # transfer lists checked, by id
         self._flush_due = False
@@ -184,7 +198,7 @@ class FlowNetwork(AloneUnits):
                 live += self._expand(unit)
             live += self._register(pending)
         if live:
-            self._recompute(self._component(flow.route for flow in live))
+            self._recompute(self._component(live))
         self._schedule_wake()
 
     def _links_of(self, routes: tuple[tuple[int, ...], ...]) -> frozenset[int]:
@@ -220,35 +234,72 @@ class FlowNetwork(AloneUnits):
                 else:
                     on[fid] = flow
 
-    def _component(self, routes: Iterable[tuple[int, ...]]) -> list[Flow]:
-        """Active flows connected to ``routes`` through shared links, in creation order."""
-        # Breadth first, a whole frontier of links at a time: the dict and set operations
-        # run in C, Python touches each flow once (components reach thousands of flows).
+    def _component(self, live: list[Flow]) -> list[Flow]:
+        """``live`` flows (just added, no group yet) and the active flows connected to them
+        through shared links, in creation order."""
+        # Every other active flow is in its group, and a link's flows are all in one group:
+        # the first flow on a link (the oldest) names it, unless it is a live one (then the
+        # link carries live flows only: they precede no older flow in the dict's order).
         users = self._users
-        found: dict[int, Flow] = {}
-        seen: set[int] = set()
-        frontier = set(chain.from_iterable(routes))
-        while frontier:
-            seen |= frontier
-            reached: dict[int, Flow] = {}
-            for link in frontier:
-                on = users.get(link)
-                if on is not None:
-                    reached.update(on)
-            new = reached.keys() - found.keys()
-            found.update(reached)
-            frontier = set(chain.from_iterable(reached[fid].route for fid in new))
-            frontier -= seen
-        return [found[fid] for fid in sorted(found)]
+        groups: dict[int, list[Flow]] = {}
+        for link in set(chain.from_iterable(flow.route for flow in live)):
+            group = next(iter(users[link].values())).group
+            if group is not None:
+                groups[id(group)] = group
+        if not groups:
+            return sorted(live, key=_ID)
+        return sorted(chain(live, *groups.values()), key=_ID)
 
-    def _recompute(self, flows: list[Flow]) -> None:
-        """New max-min rates for a connected set of flows (no other flow shares its links)."""
+    def _pieces(self, flows: list[Flow]) -> tuple[int, ...]:
+        """Label each of ``flows`` (a set no other active flow shares a link with) with its
+        connected set, numbered 0, 1, ... by their first flow; ``()`` when connected."""
+        # Breadth first over the link table, a whole frontier of links at a time: the dict
+        # and set operations run in C, Python touches each flow once.
+        users = self._users
+        label: dict[int, int] = {}
+        pieces = 0
+        for flow in flows:
+            if flow.id in label:
+                continue
+            found: dict[int, Flow] = {}
+            seen: set[int] = set()
+            frontier = set(flow.route)
+            while frontier:
+                seen |= frontier
+                reached: dict[int, Flow] = {}
+                for link in frontier:
+                    reached.update(users[link])
+                new = reached.keys() - found.keys()
+                found.update(reached)
+                frontier = set(chain.from_iterable(reached[fid].route for fid in new))
+                frontier -= seen
+            if not label and len(found) == len(flows):
+                return ()
+            label.update(dict.fromkeys(found, pieces))
+            pieces += 1
+        return tuple(label[flow.id] for flow in flows)
+
+    def _recompute(self, flows: list[Flow], grouped: bool = False) -> None:
+        """New max-min rates for a set of flows no other flow shares a link with (in
+        creation order); each flow's ``group`` becomes its connected set (``grouped``:
+        ``flows`` is already the group of every flow in it)."""
         if not flows:
             return
         now, heap, push, inf = self.env.now, self._heap, heapq.heappush, math.inf
-        rates = self._rates_for(tuple(f.route for f in flows), tuple(f.cap for f in flows),
-                                tuple(f.weights for f in flows))
-        for flow, rate in zip(flows, rates, strict=True):
+        routes = tuple(map(_ROUTE, flows))  # (map and tuple.count: C loops)
+        rated = self._rated(routes, tuple(map(_CAP, flows)), tuple(map(_WEIGHTS, flows)))
+        labels = rated.labels
+        if labels is None:
+            labels = rated.labels = self._pieces(flows)
+        if labels:
+            groups: list[list[Flow]] = [[] for _ in range(max(labels) + 1)]
+            for flow, label in zip(flows, labels, strict=True):
+                group = flow.group = groups[label]
+                group.append(flow)
+        elif not grouped:
+            for flow in flows:
+                flow.group = flows
+        for flow, rate in zip(flows, rated.rates, strict=True):
             if rate == flow.rate and rate > 0.0:  # its finish and heap entry stand
                 continue
             if now > flow.updated:  # settle the bytes moved at the old rate
@@ -265,20 +316,27 @@ class FlowNetwork(AloneUnits):
     def _rates_for(self, routes: tuple[tuple[int, ...], ...],
                    caps: tuple[float, ...] | None,
                    weights: tuple[tuple[float, ...] | None, ...] | None) -> list[float]:
-        """Max-min rates of a connected set of flows, memoised: the rates depend on nothing
-        but these inputs, and a step repeats the same concurrent sets (every layer's
-        all-to-all alone in its server, say)."""
-        if caps is not None and not any(c < float("inf") for c in caps):
+        """Max-min rates of a set of flows (``_rated``)."""
+        return self._rated(routes, caps, weights).rates
+
+    def _rated(self, routes: tuple[tuple[int, ...], ...],
+               caps: tuple[float, ...] | None,
+               weights: tuple[tuple[float, ...] | None, ...] | None) -> _Rated:
+        """Max-min rates of a set of flows, memoised: the rates depend on nothing but these
+        inputs, and a step repeats the same concurrent sets (every layer's all-to-all alone
+        in its server, say)."""
+        if caps is not None and (not caps or min(caps) == math.inf):  # caps are > 0
             caps = None
-        if weights is not None and all(w is None for w in weights):
+        if weights is not None and weights.count(None) == len(weights):
             weights = None
         key = (routes, caps, weights)
-        rates = self._rates.get(key)
-        if rates is None:
+        rated = self._rates.get(key)
+        if rated is None:
             if len(self._rates) >= _RATES_MEMO:
                 self._rates.clear()
-            rates = self._rates[key] = max_min_rates(routes, self.capacity, caps, weights)
-        return rates
+            rated = self._rates[key] = _Rated(max_min_rates(routes, self.capacity, caps,
+                                                            weights))
+        return rated
 
     def _top(self) -> tuple[float, int, int] | None:
         """The earliest current heap entry (stale entries are dropped)."""
@@ -332,8 +390,34 @@ class FlowNetwork(AloneUnits):
             batch.pending -= 1
             if batch.pending == 0:
                 batch.done.succeed(batch.finish)
-        ended = [flow.route for flow in finished if isinstance(flow, Flow)]
+        ended = [flow for flow in finished if isinstance(flow, Flow)]
         if ended:
-            self._recompute(self._component(ended))
+            self._rerate(ended)
         self._schedule_wake()
+
+    def _rerate(self, ended: list[Flow]) -> None:
+        """Re-rate the flows that were connected to the ``ended`` ones (now inactive)."""
+        # A connected set less some of its flows is what a walk from the ended flows'
+        # links finds: each part the ends split it into was linked to an ended flow.
+        groups = {id(flow.group): flow.group for flow in ended}
+        for flow in ended:
+            flow.group = None
+        if len(groups) == 1:  # the group stays one list object, its flows' ``group``
+            group = groups.popitem()[1]
+            assert group is not None
+            if len(ended) <= 8:  # (index and del: C loops)
+                for flow in ended:
+                    del group[group.index(flow)]
+            else:
+                dead = set(map(id, ended))
+                group[:] = [flow for flow in group if id(flow) not in dead]
+            if group:  # else nothing was connected to them
+                self._recompute(group, grouped=True)
+            return
+        dead = set(map(id, ended))
+        rest = [flow for g in groups.values() if g is not None for flow in g
+                if id(flow) not in dead]
+        rest.sort(key=_ID)
+        if rest:
+            self._recompute(rest)
 

@@ -58,6 +58,9 @@ class Flow:
     updated: float = 0.0
     finish: float = float("inf")
     stamp: int = 0  # bumped whenever ``finish`` changes; heap entries carry it
+    # The active flows connected to this one through shared links, itself included, in
+    # creation order (one list object shared by all of them; ``FlowNetwork._recompute``).
+    group: list[Flow] | None = None
 
 
 @dataclass(eq=False, slots=True)
