@@ -83,12 +83,11 @@ class SpanTable:
             if graph is not None:  # a TaskGraph's columns: no Task objects
                 used = np.zeros(len(graph), dtype=bool)
                 used[task] = True
-                kind_of = graph.codes("kind").astype(np.int64)
-                seen, at = np.unique(kind_of[used], return_index=True)
-                del used
+                kind_of = graph.codes("kind")
                 remap = np.zeros(len(graph.kinds), dtype=np.int16)
-                for c in seen[np.argsort(at)].tolist():  # codes in order of first use
+                for c in first_use(kind_of[used]):  # codes in order of first use
                     remap[c] = code.setdefault(graph.kinds[c], len(code))
+                del used
                 t_kind = remap[kind_of]
                 del kind_of
                 per_task = _graph_columns(graph)
@@ -154,9 +153,10 @@ class SpanTable:
     def _rank_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ranks ascending, rows grouped by rank in timeline order, each rank's first row
         in that order plus the end)."""
-        order = np.argsort(self.rank, kind="stable").astype(np.int32)  # held per table
-        ranks, first = np.unique(self.rank[order], return_index=True)
-        return ranks, order, np.r_[first, len(order)]
+        order = rank_order(self.rank)  # held per table
+        counts = np.bincount(self.rank) if len(self.rank) else np.zeros(0, np.int64)
+        ranks = np.flatnonzero(counts).astype(self.rank.dtype)
+        return ranks, order, np.r_[0, np.cumsum(counts[ranks])]
 
     @cached_property
     def _by_rank(self) -> dict[int, np.ndarray]:
@@ -185,21 +185,40 @@ class SpanTable:
         the metrics ask for some twice)."""
         key = None if kinds is None else tuple(kinds)
         found = self._unions.get(key)
-        if found is not None:
-            return found
-        ranks = self._rank_rows[0]
-        if key is not None and not set(key) & set(self.kinds):  # no span of these kinds
-            found = self._unions[key] = RankIntervals.concat(ranks, [])
-            return found
-        mask = None if key is None else self.mask(key)
-        parts = []
-        for k0, k1, rows in self._blocks():
-            if mask is not None:
-                rows = rows[mask[rows]]
-            parts.append(merge_by_rank(self.rank[rows], self.start[rows], self.end[rows],
-                                       ranks[k0:k1]))
-        found = self._unions[key] = RankIntervals.concat(ranks, parts)
+        if found is None:
+            self.prepare_unions([key])
+            found = self._unions[key]
         return found
+
+    def prepare_unions(self, keys: Iterable[Iterable[str] | None]) -> None:
+        """Compute and keep ``unions(k)`` of each of ``keys`` not kept yet, in one pass over
+        the blocks of ranks: each block's rows are gathered once for all of them (a
+        gather of 7M rows costs more than the merge it feeds)."""
+        todo: dict[tuple[str, ...] | None, np.ndarray | None] = {}
+        ranks = self._rank_rows[0]
+        for kinds in keys:
+            key = None if kinds is None else tuple(kinds)
+            if key in self._unions or key in todo:
+                continue
+            if key is not None and not set(key) & set(self.kinds):  # no span of these kinds
+                self._unions[key] = RankIntervals.concat(ranks, [])
+                continue
+            # which kind codes are in: a lookup by code instead of an isin per row
+            todo[key] = None if key is None else np.array([k in set(key) for k in self.kinds])
+        if not todo:
+            return
+        parts: dict[tuple[str, ...] | None, list[RankIntervals]] = {k: [] for k in todo}
+        for k0, k1, rows in self._blocks():
+            r, s, e = self.rank[rows], self.start[rows], self.end[rows]
+            kind = self.kind[rows] if any(m is not None for m in todo.values()) else None
+            for key, wanted in todo.items():
+                if wanted is None or kind is None:
+                    parts[key].append(merge_by_rank(r, s, e, ranks[k0:k1]))
+                else:
+                    m = wanted[kind]
+                    parts[key].append(merge_by_rank(r[m], s[m], e[m], ranks[k0:k1]))
+        for key in todo:
+            self._unions[key] = RankIntervals.concat(ranks, parts.pop(key))
 
     @cached_property
     def _unions(self) -> dict[tuple[str, ...] | None, RankIntervals]:
@@ -219,6 +238,24 @@ class SpanTable:
             kept = np.r_[0, np.cumsum(keep)][bounds[k0:k1 + 1] - bounds[k0]].tolist()
             out.extend(sum(got[kept[k]:kept[k + 1]]) for k in range(k1 - k0))
         return out
+
+
+def rank_order(rank: np.ndarray) -> np.ndarray:
+    """int32 positions of ``rank`` (ranks >= 0) sorted by rank, ties in their order: the
+    stable argsort, by radix (numpy's stable sort of 16-bit keys) where the ranks fit in
+    16 bits, as they do up to 65,536 GPUs."""
+    if len(rank) and int(rank.max()) <= np.iinfo(np.uint16).max:
+        rank = rank.astype(np.uint16)
+    return np.argsort(rank, kind="stable").astype(np.int32)
+
+
+def first_use(codes: np.ndarray) -> list[int]:
+    """The distinct values of ``codes`` in order of first occurrence (found among the
+    places where the value changes: a task graph's kinds come in runs)."""
+    if not len(codes):
+        return []
+    runs = codes[np.r_[0, np.flatnonzero(codes[1:] != codes[:-1]) + 1]].tolist()
+    return list(dict.fromkeys(runs))
 
 
 def _no_tasks(_name: str) -> np.ndarray:
@@ -321,11 +358,16 @@ def merge_by_rank(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray,
         r, s, e = r[order], s[order], e[order]
         del order
     # the smallest start from each interval to its rank's last: (rank, start) pairs compared
-    # in order, from the right
-    later = np.minimum.accumulate((r + 1j * s)[::-1])[::-1].imag
+    # in order, from the right; each interval's own start where starts never fall within a
+    # rank (one stream's spans: no complex temporaries)
+    same = r[1:] == r[:-1]
+    if bool(np.all(~same | (s[1:] >= s[:-1]))):
+        later = s
+    else:
+        later = np.minimum.accumulate((r + 1j * s)[::-1])[::-1].imag
     closes = np.empty(n, dtype=bool)
     closes[-1] = True
-    closes[:-1] = (r[1:] != r[:-1]) | (later[1:] > e[:-1])
+    closes[:-1] = ~same | (later[1:] > e[:-1])
     last = np.flatnonzero(closes)
     first = np.r_[0, last[:-1] + 1]
     owner = r[last]
@@ -345,10 +387,7 @@ def overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
 def _overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
     k = len(a.ranks)
     na, nb = np.diff(a.bounds), np.diff(b.bounds)
-    ra = np.repeat(np.arange(k), na)  # each interval's rank index: the real part of its key
-    rb = np.repeat(np.arange(k), nb)
-    lo = np.searchsorted(rb + 1j * b.ends, ra + 1j * a.starts, side="right")
-    hi = np.searchsorted(rb + 1j * b.starts, ra + 1j * a.ends, side="left")
+    lo, hi = _search(a, b, na, nb)
     count = np.maximum(hi - lo, 0)
     ai = np.repeat(np.arange(len(a.starts)), count)
     offsets = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
@@ -360,3 +399,30 @@ def _overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
     kept = np.r_[0, np.cumsum(keep)][pieces].tolist()
     # from 0.0, as overlap_length: a rank without a piece gets 0.0
     return [sum(got[kept[j]:kept[j + 1]], 0.0) for j in range(k)]
+
+
+# Intervals per rank above which ``_search`` looks rank by rank (a few calls per rank, on
+# floats) rather than once over all ranks (complex keys: 16 bytes per interval, twice).
+PER_RANK_SEARCH = 64
+
+
+def _search(a: RankIntervals, b: RankIntervals, na: np.ndarray,
+            nb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each interval of ``a``, the first interval of ``b`` of its rank that ends after
+    it starts, and the first that starts at or after it ends (the rank's end if none), as
+    positions in ``b``: a search by (rank, time), the same indices either way."""
+    k = len(a.ranks)
+    if len(a.starts) < PER_RANK_SEARCH * max(k, 1):
+        ra = np.repeat(np.arange(k), na)  # each interval's rank index: the real part
+        rb = np.repeat(np.arange(k), nb)
+        return (np.searchsorted(rb + 1j * b.ends, ra + 1j * a.starts, side="right"),
+                np.searchsorted(rb + 1j * b.starts, ra + 1j * a.ends, side="left"))
+    lo = np.empty(len(a.starts), dtype=np.int64)
+    hi = np.empty(len(a.starts), dtype=np.int64)
+    ab, bb = a.bounds.tolist(), b.bounds.tolist()
+    for j in range(k):
+        a0, a1, b0, b1 = ab[j], ab[j + 1], bb[j], bb[j + 1]
+        if a1 > a0:
+            lo[a0:a1] = np.searchsorted(b.ends[b0:b1], a.starts[a0:a1], side="right") + b0
+            hi[a0:a1] = np.searchsorted(b.starts[b0:b1], a.ends[a0:a1], side="left") + b0
+    return lo, hi
