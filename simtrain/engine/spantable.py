@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simtrain.engine.rankarrays import first_use, rank_order, search_by_rank
+
 if TYPE_CHECKING:
     from simtrain.engine.timeline import Timeline
 
@@ -207,18 +209,24 @@ class SpanTable:
             todo[key] = None if key is None else np.array([k in set(key) for k in self.kinds])
         if not todo:
             return
-        parts: dict[tuple[str, ...] | None, list[RankIntervals]] = {k: [] for k in todo}
+        # Each key's pieces go straight into arrays of its row count (a bound on them):
+        # pages never written cost nothing, and no per-block parts are left between the
+        # blocks' temporaries (the allocator could not give them back: 130 MB at 7M spans).
+        per_code = np.bincount(self.kind, minlength=len(self.kinds))
+        out = {key: _Pieces(int(per_code.sum() if w is None else per_code[w].sum()))
+               for key, w in todo.items()}
         for k0, k1, rows in self._blocks():
             r, s, e = self.rank[rows], self.start[rows], self.end[rows]
-            kind = self.kind[rows] if any(m is not None for m in todo.values()) else None
+            kind = self.kind[rows]
             for key, wanted in todo.items():
-                if wanted is None or kind is None:
-                    parts[key].append(merge_by_rank(r, s, e, ranks[k0:k1]))
+                if wanted is None:
+                    out[key].add(merge_by_rank(r, s, e, ranks[k0:k1]))
                 else:
                     m = wanted[kind]
-                    parts[key].append(merge_by_rank(r[m], s[m], e[m], ranks[k0:k1]))
+                    out[key].add(merge_by_rank(r[m], s[m], e[m], ranks[k0:k1]))
+            del r, s, e, kind
         for key in todo:
-            self._unions[key] = RankIntervals.concat(ranks, parts.pop(key))
+            self._unions[key] = out.pop(key).intervals(ranks)
 
     @cached_property
     def _unions(self) -> dict[tuple[str, ...] | None, RankIntervals]:
@@ -238,24 +246,6 @@ class SpanTable:
             kept = np.r_[0, np.cumsum(keep)][bounds[k0:k1 + 1] - bounds[k0]].tolist()
             out.extend(sum(got[kept[k]:kept[k + 1]]) for k in range(k1 - k0))
         return out
-
-
-def rank_order(rank: np.ndarray) -> np.ndarray:
-    """int32 positions of ``rank`` (ranks >= 0) sorted by rank, ties in their order: the
-    stable argsort, by radix (numpy's stable sort of 16-bit keys) where the ranks fit in
-    16 bits, as they do up to 65,536 GPUs."""
-    if len(rank) and int(rank.max()) <= np.iinfo(np.uint16).max:
-        rank = rank.astype(np.uint16)
-    return np.argsort(rank, kind="stable").astype(np.int32)
-
-
-def first_use(codes: np.ndarray) -> list[int]:
-    """The distinct values of ``codes`` in order of first occurrence (found among the
-    places where the value changes: a task graph's kinds come in runs)."""
-    if not len(codes):
-        return []
-    runs = codes[np.r_[0, np.flatnonzero(codes[1:] != codes[:-1]) + 1]].tolist()
-    return list(dict.fromkeys(runs))
 
 
 def _no_tasks(_name: str) -> np.ndarray:
@@ -336,6 +326,30 @@ class RankIntervals:
                              self.bounds[k0:k1 + 1] - a)
 
 
+class _Pieces:
+    """Consecutive blocks' ``RankIntervals`` written into arrays of at most ``bound``
+    intervals, shrunk in place at the end (``concat`` without holding the blocks)."""
+
+    def __init__(self, bound: int) -> None:
+        self.starts, self.ends = np.empty(bound), np.empty(bound)
+        self.bounds: list[np.ndarray] = []
+        self.n = 0
+
+    def add(self, part: RankIntervals) -> None:
+        k = len(part.starts)
+        self.starts[self.n:self.n + k] = part.starts
+        self.ends[self.n:self.n + k] = part.ends
+        self.bounds.append(part.bounds[:-1] + self.n)
+        self.n += k
+
+    def intervals(self, ranks: np.ndarray) -> RankIntervals:
+        self.starts.resize(self.n, refcheck=False)  # in place: no copy
+        self.ends.resize(self.n, refcheck=False)
+        bounds = np.concatenate([*self.bounds, np.array([self.n])]) if self.bounds else \
+            np.zeros(len(ranks) + 1, np.int64)
+        return RankIntervals(ranks, self.starts, self.ends, bounds.astype(np.int64))
+
+
 def merge_by_rank(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                   ranks: np.ndarray) -> RankIntervals:
     """``merge_intervals`` of each rank's intervals (``starts[i] <= ends[i]``), for every rank of
@@ -387,7 +401,7 @@ def overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
 def _overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
     k = len(a.ranks)
     na, nb = np.diff(a.bounds), np.diff(b.bounds)
-    lo, hi = _search(a, b, na, nb)
+    lo, hi = search_by_rank(a.starts, a.ends, na, b.starts, b.ends, nb)
     count = np.maximum(hi - lo, 0)
     ai = np.repeat(np.arange(len(a.starts)), count)
     offsets = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
@@ -400,29 +414,3 @@ def _overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
     # from 0.0, as overlap_length: a rank without a piece gets 0.0
     return [sum(got[kept[j]:kept[j + 1]], 0.0) for j in range(k)]
 
-
-# Intervals per rank above which ``_search`` looks rank by rank (a few calls per rank, on
-# floats) rather than once over all ranks (complex keys: 16 bytes per interval, twice).
-PER_RANK_SEARCH = 64
-
-
-def _search(a: RankIntervals, b: RankIntervals, na: np.ndarray,
-            nb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each interval of ``a``, the first interval of ``b`` of its rank that ends after
-    it starts, and the first that starts at or after it ends (the rank's end if none), as
-    positions in ``b``: a search by (rank, time), the same indices either way."""
-    k = len(a.ranks)
-    if len(a.starts) < PER_RANK_SEARCH * max(k, 1):
-        ra = np.repeat(np.arange(k), na)  # each interval's rank index: the real part
-        rb = np.repeat(np.arange(k), nb)
-        return (np.searchsorted(rb + 1j * b.ends, ra + 1j * a.starts, side="right"),
-                np.searchsorted(rb + 1j * b.starts, ra + 1j * a.ends, side="left"))
-    lo = np.empty(len(a.starts), dtype=np.int64)
-    hi = np.empty(len(a.starts), dtype=np.int64)
-    ab, bb = a.bounds.tolist(), b.bounds.tolist()
-    for j in range(k):
-        a0, a1, b0, b1 = ab[j], ab[j + 1], bb[j], bb[j + 1]
-        if a1 > a0:
-            lo[a0:a1] = np.searchsorted(b.ends[b0:b1], a.starts[a0:a1], side="right") + b0
-            hi[a0:a1] = np.searchsorted(b.starts[b0:b1], a.ends[a0:a1], side="left") + b0
-    return lo, hi

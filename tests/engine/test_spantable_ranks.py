@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simtrain.engine import spantable
+from simtrain.engine import rankarrays, spantable
 from simtrain.engine.spantable import (
     RankIntervals,
     blocks,
@@ -77,9 +77,9 @@ def _timeline(spans: list[tuple[int, str, int, int, float]]) -> Timeline:
 def test_per_rank_forms_equal_the_rank_by_rank_ones(spans: list[tuple[int, str, int, int, float]],
                                                     block: int, by_end: bool,
                                                     per_rank: int) -> None:
-    old, old_search = spantable.BLOCK_ROWS, spantable.PER_RANK_SEARCH
+    old, old_search = spantable.BLOCK_ROWS, rankarrays.PER_RANK_SEARCH
     spantable.BLOCK_ROWS = block  # small blocks: runs split between ranks
-    spantable.PER_RANK_SEARCH = per_rank  # overlaps searched rank by rank (0), or all at once
+    rankarrays.PER_RANK_SEARCH = per_rank  # overlaps searched rank by rank (0), or all at once
     try:
         timeline = _timeline(spans)
         if by_end:  # the engine's order (rows by end): no sort in merge_by_rank
@@ -121,7 +121,7 @@ def test_per_rank_forms_equal_the_rank_by_rank_ones(spans: list[tuple[int, str, 
             assert one.ends.tolist() == many.ends.tolist()
             assert one.bounds.tolist() == many.bounds.tolist()
     finally:
-        spantable.BLOCK_ROWS, spantable.PER_RANK_SEARCH = old, old_search
+        spantable.BLOCK_ROWS, rankarrays.PER_RANK_SEARCH = old, old_search
 
 
 def test_merge_by_rank_with_rising_starts_by_hand() -> None:
@@ -131,18 +131,6 @@ def test_merge_by_rank_with_rising_starts_by_hand() -> None:
                         np.array([1.0, 2.0, 4.0, 5.0]), np.array([0, 1]))
     assert got.starts.tolist() == [0.0, 3.0, 0.0] and got.ends.tolist() == [2.0, 4.0, 5.0]
     assert got.bounds.tolist() == [0, 2, 3]
-
-
-def test_rank_order_is_the_stable_sort_by_rank() -> None:
-    rank = np.array([3, 1, 3, 0, 1], dtype=np.int32)
-    assert spantable.rank_order(rank).tolist() == [3, 1, 4, 0, 2]  # ties in their order
-    big = np.array([70_000, 2, 70_000, 1], dtype=np.int32)  # past 16 bits: the plain sort
-    assert spantable.rank_order(big).tolist() == [3, 1, 0, 2]
-
-
-def test_first_use_keeps_the_order_of_first_occurrence() -> None:
-    assert spantable.first_use(np.array([4, 4, 1, 4, 2, 1])) == [4, 1, 2]
-    assert spantable.first_use(np.array([], dtype=np.int64)) == []
 
 
 def test_empty_table_has_no_ranks() -> None:
