@@ -49,7 +49,7 @@ from simtrain.parallel.pipeline import copies, receive, run_schedule, sum_copies
 from simtrain.parallel.pipeline_schedule import Schedule
 from simtrain.parallel.pipeline_schedule import Step as PipeStep
 from simtrain.parallel.program import is_core_attention
-from simtrain.parallel.replay import Replay, frontier_of
+from simtrain.parallel.replay import Entry, Replay
 from simtrain.parallel.shard import Unit
 from simtrain.parallel.templates import (
     Collective,
@@ -169,12 +169,12 @@ class Lowering:
             return
         # The same templates as an earlier microbatch's: its rows again (replay.py).
         frontier, key = self.em.state.frontier, (step.stage, id(templates))
-        entry = frontier_of(frontier, self.em.stage_ranks[step.stage])
-        meta = _step_meta(step)
-        if not self._replay.replay(key, entry, meta, frontier):
+        ranks = self.em.stage_ranks[step.stage]
+        entry, meta = Entry.of(frontier, ranks), _step_meta(step)
+        if not self._replay.replay(key, ranks, entry, meta, frontier):
             first = len(self.graph)
             self._emit(step, templates, defaultdict(list))
-            self._replay.record(key, first, entry, frontier, meta)
+            self._replay.record(key, first, ranks, entry, frontier, meta)
 
     def _replayable(self, step: PipeStep, templates: list[Template]) -> bool:
         """Whether ``step`` lowers to the same rows every microbatch: plain kernels and

@@ -22,7 +22,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -34,16 +34,34 @@ from simtrain.limits import MAX_TASKS
 _SAME = ("kind", "name", "stream", "group", "duration", "flops", "nbytes", "comm")
 
 
+@dataclass(frozen=True)
+class Entry:
+    """The frontier of a stage's ranks when a step begins: their tasks one rank after
+    another (``tasks``) and how many each rank has (``counts``)."""
+
+    tasks: list[int]
+    counts: list[int]
+
+    @classmethod
+    def of(cls, frontier: Mapping[int, list[int]], ranks: Sequence[int]) -> Entry:
+        lists = list(map(frontier.get, ranks, repeat(())))
+        return cls(list(chain.from_iterable(lists)), list(map(len, lists)))
+
+
 @dataclass
 class Recorded:
-    """One lowered step: rows ``first:end`` of the graph, each rank's entry and exit
-    frontier, and the meta fields it was lowered with."""
+    """One lowered step: rows ``first:end`` of the graph over ``ranks``, its entry, each
+    rank's exit frontier (flat, with counts), and the meta fields it was lowered with."""
 
     first: int
     end: int
-    entry: dict[int, list[int]]
-    exit: dict[int, list[int]]
+    ranks: Sequence[int]
+    entry: Entry
+    distinct: int  # distinct tasks of the entry
+    exit: np.ndarray
+    exit_counts: list[int]
     meta: dict[str, Any]
+    one_each: bool  # every rank leaves with one task
 
 
 class Replay:
@@ -53,59 +71,60 @@ class Replay:
         self.graph = graph
         self._steps: dict[object, Recorded] = {}
 
-    def record(self, key: object, first: int, entry: dict[int, list[int]],
+    def record(self, key: object, first: int, ranks: Sequence[int], entry: Entry,
                frontier: Mapping[int, list[int]], meta: dict[str, Any]) -> None:
-        """Keep rows ``first:`` (just lowered from ``entry``, leaving ``frontier``) under
-        ``key``, if they can be replayed; else forget any step of ``key``."""
+        """Keep rows ``first:`` (just lowered on ``ranks`` from ``entry``, leaving
+        ``frontier``) under ``key``, if they can be replayed; else forget any of ``key``."""
         g = self.graph
         end = len(g)
         self._steps.pop(key, None)
         if end <= first:
             return
-        exit_ = {r: list(frontier.get(r, [])) for r in entry}
-        outside = {t for ts in entry.values() for t in ts}
+        after = Entry.of(frontier, ranks)
+        outside = set(entry.tasks)
         deps = np.frombuffer(g.dep_ids, dtype=np.int64)[g.dep_start[first]:g.dep_start[end]]
-        before = np.unique(deps[deps < first])
-        if not set(before.tolist()) <= outside:
+        before = np.unique(deps[deps < first]).tolist()
+        del deps
+        if not outside.issuperset(before) or not outside.issuperset(
+                t for t in after.tasks if t < first):
             return
-        if any(t < first and t not in outside or t >= end for ts in exit_.values() for t in ts):
-            return
-        self._steps[key] = Recorded(first, end, {r: list(ts) for r, ts in entry.items()},
-                                    exit_, dict(meta))
+        self._steps[key] = Recorded(first, end, ranks, entry, len(outside),
+                                    np.array(after.tasks, dtype=np.int64), after.counts,
+                                    dict(meta), all(c == 1 for c in after.counts))
 
-    def replay(self, key: object, entry: Mapping[int, list[int]], meta: dict[str, Any],
+    def replay(self, key: object, ranks: Sequence[int], entry: Entry, meta: dict[str, Any],
                frontier: dict[int, list[int]]) -> bool:
-        """Append the rows recorded under ``key`` for a step entered with ``entry`` and
-        lowered with ``meta``, and set ``frontier`` as lowering it would; False (nothing
-        changed) when there is no such step or the checks fail."""
+        """Append the rows recorded under ``key`` for a step on ``ranks`` entered with
+        ``entry`` and lowered with ``meta``, and set ``frontier`` as lowering it would;
+        False (nothing changed) when there is no such step or the checks fail."""
         rec = self._steps.get(key)
         g = self.graph
-        if rec is None or set(entry) != set(rec.entry):
+        if rec is None or rec.ranks is not ranks or entry.counts != rec.entry.counts:
             return False
         n = rec.end - rec.first
         start = len(g)
         if start + n > MAX_TASKS:
             return False
-        old_ids: dict[int, int] = {}
-        for r, ts in rec.entry.items():
-            new = entry[r]
-            if len(new) != len(ts):
-                return False
-            for o, t in zip(ts, new, strict=True):
-                if old_ids.setdefault(o, t) != t:
-                    return False
-        olds = sorted(old_ids)
-        news = [old_ids[o] for o in olds]
-        if len(set(news)) != len(news):
-            return False  # two old tasks would become one
+        pairs = sorted(set(zip(rec.entry.tasks, entry.tasks, strict=True)))
+        # a map old -> new (each old task once) that is one-to-one (each new task once)
+        if len(pairs) != rec.distinct or len(set(entry.tasks)) != rec.distinct:
+            return False
+        olds = np.array([o for o, _ in pairs], dtype=np.int64)
+        news = np.array([t for _, t in pairs], dtype=np.int64)
         shift = start - rec.first
-        self._copy(rec, shift, np.array(olds, dtype=np.int64), np.array(news, dtype=np.int64),
-                   meta, monotone=all(a < b for a, b in pairwise(news)))
-
-        def moved(t: int) -> int:
-            return t + shift if t >= rec.first else old_ids[t]
-        for r, ts in rec.exit.items():
-            frontier[r] = [moved(t) for t in ts]
+        self._copy(rec, shift, olds, news, meta, monotone=bool(np.all(news[1:] > news[:-1])))
+        moved = rec.exit + shift
+        outer = rec.exit < rec.first  # entry tasks left as they were (in olds: recorded so)
+        if bool(outer.any()):
+            moved[outer] = news[np.searchsorted(olds, rec.exit[outer])]
+        tasks = moved.tolist()
+        if rec.one_each:  # one task each (a kernel or collective ran on every rank)
+            frontier.update(zip(ranks, [[t] for t in tasks], strict=True))
+        else:
+            at = 0
+            for r, k in zip(ranks, rec.exit_counts, strict=True):
+                frontier[r] = tasks[at:at + k]
+                at += k
         return True
 
     def _copy(self, rec: Recorded, shift: int, olds: np.ndarray, news: np.ndarray,
@@ -152,7 +171,3 @@ def _moved_meta(old: Mapping[str, Any], was: Mapping[str, Any],
     step's fields replaced where they are ``was``'s, in the same key order."""
     return {k: (now[k] if k in was and v == was[k] else v) for k, v in old.items()}
 
-
-def frontier_of(frontier: Mapping[int, list[int]], ranks: Sequence[int]) -> dict[int, list[int]]:
-    """Each of ``ranks``' frontier, copied."""
-    return {r: list(frontier.get(r, [])) for r in ranks}

@@ -9,9 +9,8 @@ import pytest
 from simtrain import load_scenario
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.hardware.topology import build_cluster
-from simtrain.parallel import replay as replay_module
 from simtrain.parallel.lower import Lowering
-from simtrain.parallel.replay import Replay, _moved_meta
+from simtrain.parallel.replay import Entry, Replay, _moved_meta
 from simtrain.simulate import build_graph
 
 _COLUMNS = ("kind", "name", "stream", "group", "duration", "flops", "nbytes", "comm", "meta",
@@ -83,11 +82,13 @@ def test_a_different_entry_shape_is_not_replayed() -> None:
     x = g.compute(0, "x", 2.0, deps=[a], meta={"microbatch": 0})
     y = g.compute(1, "y", 2.0, deps=[b], meta={"microbatch": 0})
     frontier = {0: [x], 1: [y]}
-    r.record("k", first, {0: [a], 1: [b]}, frontier, {"microbatch": 0})
+    ranks = [0, 1]
+    r.record("k", first, ranks, Entry([a, b], [1, 1]), frontier, {"microbatch": 0})
     n = len(g)
-    assert not r.replay("k", {0: [x, y], 1: [y]}, {"microbatch": 1}, frontier)  # 2 deps, not 1
+    wide = Entry([x, y, y], [2, 1])  # rank 0 enters with 2 tasks, not 1
+    assert not r.replay("k", ranks, wide, {"microbatch": 1}, frontier)
     assert len(g) == n and frontier == {0: [x], 1: [y]}
-    assert r.replay("k", {0: [x], 1: [y]}, {"microbatch": 1}, frontier)
+    assert r.replay("k", ranks, Entry.of(frontier, ranks), {"microbatch": 1}, frontier)
     assert len(g) == n + 2 and frontier == {0: [n], 1: [n + 1]}
     assert g.task(n).deps == (x,) and g.task(n + 1).deps == (y,)
     assert g.task(n).meta == {"microbatch": 1} and g.task(n).duration == 2.0
@@ -99,8 +100,9 @@ def test_rows_reading_tasks_from_outside_the_entry_are_not_recorded() -> None:
     first = len(g)
     g.compute(0, "x", 1.0, deps=[a])
     r = Replay(g)
-    r.record("k", first, {0: []}, {0: [first]}, {})  # x reads a, which is not in the entry
-    assert not r.replay("k", {0: []}, {}, {0: [first]})
+    ranks = [0]
+    r.record("k", first, ranks, Entry([], [0]), {0: [first]}, {})  # x reads a: not in the entry
+    assert not r.replay("k", ranks, Entry([], [0]), {}, {0: [first]})
 
 
 def test_moved_meta_replaces_the_step_fields_in_their_order() -> None:
@@ -109,4 +111,4 @@ def test_moved_meta_replaces_the_step_fields_in_their_order() -> None:
     got = _moved_meta({**was, "kernels": 3}, was, now)
     assert got == {"microbatch": 5, "chunk": 1, "stage": 2, "kernels": 3}
     assert list(got) == ["microbatch", "chunk", "stage", "kernels"]
-    assert replay_module.frontier_of({0: [1]}, [0, 1]) == {0: [1], 1: []}
+    assert Entry.of({0: [1, 2]}, [0, 1]) == Entry([1, 2], [2, 0])
