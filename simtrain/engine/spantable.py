@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simtrain.engine.rankarrays import first_use, rank_order, search_by_rank
+
 if TYPE_CHECKING:
     from simtrain.engine.timeline import Timeline
 
@@ -83,12 +85,11 @@ class SpanTable:
             if graph is not None:  # a TaskGraph's columns: no Task objects
                 used = np.zeros(len(graph), dtype=bool)
                 used[task] = True
-                kind_of = graph.codes("kind").astype(np.int64)
-                seen, at = np.unique(kind_of[used], return_index=True)
-                del used
+                kind_of = graph.codes("kind")
                 remap = np.zeros(len(graph.kinds), dtype=np.int16)
-                for c in seen[np.argsort(at)].tolist():  # codes in order of first use
+                for c in first_use(kind_of[used]):  # codes in order of first use
                     remap[c] = code.setdefault(graph.kinds[c], len(code))
+                del used
                 t_kind = remap[kind_of]
                 del kind_of
                 per_task = _graph_columns(graph)
@@ -154,9 +155,10 @@ class SpanTable:
     def _rank_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ranks ascending, rows grouped by rank in timeline order, each rank's first row
         in that order plus the end)."""
-        order = np.argsort(self.rank, kind="stable").astype(np.int32)  # held per table
-        ranks, first = np.unique(self.rank[order], return_index=True)
-        return ranks, order, np.r_[first, len(order)]
+        order = rank_order(self.rank)  # held per table
+        counts = np.bincount(self.rank) if len(self.rank) else np.zeros(0, np.int64)
+        ranks = np.flatnonzero(counts).astype(self.rank.dtype)
+        return ranks, order, np.r_[0, np.cumsum(counts[ranks])]
 
     @cached_property
     def _by_rank(self) -> dict[int, np.ndarray]:
@@ -185,21 +187,46 @@ class SpanTable:
         the metrics ask for some twice)."""
         key = None if kinds is None else tuple(kinds)
         found = self._unions.get(key)
-        if found is not None:
-            return found
-        ranks = self._rank_rows[0]
-        if key is not None and not set(key) & set(self.kinds):  # no span of these kinds
-            found = self._unions[key] = RankIntervals.concat(ranks, [])
-            return found
-        mask = None if key is None else self.mask(key)
-        parts = []
-        for k0, k1, rows in self._blocks():
-            if mask is not None:
-                rows = rows[mask[rows]]
-            parts.append(merge_by_rank(self.rank[rows], self.start[rows], self.end[rows],
-                                       ranks[k0:k1]))
-        found = self._unions[key] = RankIntervals.concat(ranks, parts)
+        if found is None:
+            self.prepare_unions([key])
+            found = self._unions[key]
         return found
+
+    def prepare_unions(self, keys: Iterable[Iterable[str] | None]) -> None:
+        """Compute and keep ``unions(k)`` of each of ``keys`` not kept yet, in one pass over
+        the blocks of ranks: each block's rows are gathered once for all of them (a
+        gather of 7M rows costs more than the merge it feeds)."""
+        todo: dict[tuple[str, ...] | None, np.ndarray | None] = {}
+        ranks = self._rank_rows[0]
+        for kinds in keys:
+            key = None if kinds is None else tuple(kinds)
+            if key in self._unions or key in todo:
+                continue
+            if key is not None and not set(key) & set(self.kinds):  # no span of these kinds
+                self._unions[key] = RankIntervals.concat(ranks, [])
+                continue
+            # which kind codes are in: a lookup by code instead of an isin per row
+            todo[key] = None if key is None else np.array([k in set(key) for k in self.kinds])
+        if not todo:
+            return
+        # Each key's pieces go straight into arrays of its row count (a bound on them):
+        # pages never written cost nothing, and no per-block parts are left between the
+        # blocks' temporaries (the allocator could not give them back: 130 MB at 7M spans).
+        per_code = np.bincount(self.kind, minlength=len(self.kinds))
+        out = {key: _Pieces(int(per_code.sum() if w is None else per_code[w].sum()))
+               for key, w in todo.items()}
+        for k0, k1, rows in self._blocks():
+            r, s, e = self.rank[rows], self.start[rows], self.end[rows]
+            kind = self.kind[rows]
+            for key, wanted in todo.items():
+                if wanted is None:
+                    out[key].add(merge_by_rank(r, s, e, ranks[k0:k1]))
+                else:
+                    m = wanted[kind]
+                    out[key].add(merge_by_rank(r[m], s[m], e[m], ranks[k0:k1]))
+            del r, s, e, kind
+        for key in todo:
+            self._unions[key] = out.pop(key).intervals(ranks)
 
     @cached_property
     def _unions(self) -> dict[tuple[str, ...] | None, RankIntervals]:
@@ -299,6 +326,30 @@ class RankIntervals:
                              self.bounds[k0:k1 + 1] - a)
 
 
+class _Pieces:
+    """Consecutive blocks' ``RankIntervals`` written into arrays of at most ``bound``
+    intervals, shrunk in place at the end (``concat`` without holding the blocks)."""
+
+    def __init__(self, bound: int) -> None:
+        self.starts, self.ends = np.empty(bound), np.empty(bound)
+        self.bounds: list[np.ndarray] = []
+        self.n = 0
+
+    def add(self, part: RankIntervals) -> None:
+        k = len(part.starts)
+        self.starts[self.n:self.n + k] = part.starts
+        self.ends[self.n:self.n + k] = part.ends
+        self.bounds.append(part.bounds[:-1] + self.n)
+        self.n += k
+
+    def intervals(self, ranks: np.ndarray) -> RankIntervals:
+        self.starts.resize(self.n, refcheck=False)  # in place: no copy
+        self.ends.resize(self.n, refcheck=False)
+        bounds = np.concatenate([*self.bounds, np.array([self.n])]) if self.bounds else \
+            np.zeros(len(ranks) + 1, np.int64)
+        return RankIntervals(ranks, self.starts, self.ends, bounds.astype(np.int64))
+
+
 def merge_by_rank(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                   ranks: np.ndarray) -> RankIntervals:
     """``merge_intervals`` of each rank's intervals (``starts[i] <= ends[i]``), for every rank of
@@ -321,11 +372,16 @@ def merge_by_rank(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray,
         r, s, e = r[order], s[order], e[order]
         del order
     # the smallest start from each interval to its rank's last: (rank, start) pairs compared
-    # in order, from the right
-    later = np.minimum.accumulate((r + 1j * s)[::-1])[::-1].imag
+    # in order, from the right; each interval's own start where starts never fall within a
+    # rank (one stream's spans: no complex temporaries)
+    same = r[1:] == r[:-1]
+    if bool(np.all(~same | (s[1:] >= s[:-1]))):
+        later = s
+    else:
+        later = np.minimum.accumulate((r + 1j * s)[::-1])[::-1].imag
     closes = np.empty(n, dtype=bool)
     closes[-1] = True
-    closes[:-1] = (r[1:] != r[:-1]) | (later[1:] > e[:-1])
+    closes[:-1] = ~same | (later[1:] > e[:-1])
     last = np.flatnonzero(closes)
     first = np.r_[0, last[:-1] + 1]
     owner = r[last]
@@ -345,10 +401,7 @@ def overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
 def _overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
     k = len(a.ranks)
     na, nb = np.diff(a.bounds), np.diff(b.bounds)
-    ra = np.repeat(np.arange(k), na)  # each interval's rank index: the real part of its key
-    rb = np.repeat(np.arange(k), nb)
-    lo = np.searchsorted(rb + 1j * b.ends, ra + 1j * a.starts, side="right")
-    hi = np.searchsorted(rb + 1j * b.starts, ra + 1j * a.ends, side="left")
+    lo, hi = search_by_rank(a.starts, a.ends, na, b.starts, b.ends, nb)
     count = np.maximum(hi - lo, 0)
     ai = np.repeat(np.arange(len(a.starts)), count)
     offsets = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
@@ -360,3 +413,4 @@ def _overlaps(a: RankIntervals, b: RankIntervals) -> list[float]:
     kept = np.r_[0, np.cumsum(keep)][pieces].tolist()
     # from 0.0, as overlap_length: a rank without a piece gets 0.0
     return [sum(got[kept[j]:kept[j + 1]], 0.0) for j in range(k)]
+

@@ -24,7 +24,6 @@ DP composes with every other parallelism over the dp x cp group of each stage:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import product
 from typing import Any
 
 from simtrain.parallel.ddp import DP_STREAM, Bucket, assign_buckets
@@ -159,7 +158,7 @@ def reduce_gradients(em: Emitter, stage: int, chunk: int, units: Sequence[Unit],
                 continue
             for b in bucket_list:
                 if o.overlap:  # the tasks producing the bucket's gradients on the group
-                    ready = set(map(st.grad_ready.get, product(grp, [p.name for p in b.params])))
+                    ready = st.grad_ready.tasks(grp, [p.name for p in b.params])
                     deps = sorted(t for t in ready if t is not None)
                 else:
                     deps = em.group_deps(grp)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, islice, product, repeat
+from itertools import accumulate, chain, islice, repeat
 from operator import lt
 from typing import Any
 
@@ -23,6 +23,7 @@ from simtrain.parallel.bucket_prepass import PrepassWatch
 from simtrain.parallel.context_volume import CP_A2A_GROUP, CP_RING_GROUP
 from simtrain.parallel.expert import expert_load
 from simtrain.parallel.fsdp import FSDP_REPLICATE_GROUP, FSDP_SHARD_GROUP
+from simtrain.parallel.grad_ready import GradReady
 from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.symmetry import Images, Symmetry, simulated_stage_ranks
 from simtrain.parallel.templates import Collective, Kernel
@@ -40,7 +41,7 @@ class State:
 
     frontier: dict[int, list[int]] = field(default_factory=dict)
     # (rank, param) -> the task producing the param's gradient of the last microbatch
-    grad_ready: dict[tuple[int, str], int] = field(default_factory=dict)
+    grad_ready: GradReady = field(default_factory=GradReady)
     # rank -> its gradient reductions, in DP-stream order (the optimizer waits for them)
     reductions: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     # (rank, param) -> the overlapped ZeRO parameter all-gather holding it
@@ -74,8 +75,16 @@ class Emitter:
         self._groups: dict[tuple[int, str], list[tuple[int, ...]]] = {}
         self._group_of: dict[tuple[int, str], tuple[int, ...]] = {}
         self._members: dict[tuple[int, str], tuple[int, ...]] = {}  # the groups' ranks
+        self._places: dict[int, dict[int, int]] = {}
 
     # ---- lookups ---------------------------------------------------------------------
+    def _place(self, stage: int) -> dict[int, int]:
+        """Rank -> its index among the simulated ranks of ``stage`` (built once)."""
+        place = self._places.get(stage)
+        if place is None:
+            place = self._places[stage] = {r: i for i, r in enumerate(self.stage_ranks[stage])}
+        return place
+
     def duration(self, op: Op) -> float:
         """Seconds of ``op``; layers repeat, so each distinct op shape is costed once."""
         key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups)
@@ -201,10 +210,8 @@ class Emitter:
             meta=meta if k.kernels == 1 else {**meta, "kernels": k.kernels})
         tids = range(first, first + len(ranks))
         frontier.update(zip(ranks, [[t] for t in tids], strict=True))  # rank -> [its task]
-        if grads and k.params:
-            # (rank, param) -> the rank's task, rank by rank, params in order
-            grad_ready.update(zip(product(ranks, k.params), chain.from_iterable(
-                map(repeat, tids, repeat(len(k.params)))), strict=True))
+        if grads and k.params:  # (rank, param) -> the rank's task, as one batch
+            grad_ready.batch(self._place(stage), first, k.params)
             if st.prepass is not None:
                 st.prepass.ready(self, stage, ranks, range(first, first + len(ranks)), k.params)
 

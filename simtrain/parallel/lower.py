@@ -49,6 +49,7 @@ from simtrain.parallel.pipeline import copies, receive, run_schedule, sum_copies
 from simtrain.parallel.pipeline_schedule import Schedule
 from simtrain.parallel.pipeline_schedule import Step as PipeStep
 from simtrain.parallel.program import is_core_attention
+from simtrain.parallel.replay import Entry, Replay
 from simtrain.parallel.shard import Unit
 from simtrain.parallel.templates import (
     Collective,
@@ -85,6 +86,8 @@ class Lowering:
                           capacity_factor=options.capacity_factor,
                           symmetry=options.symmetry)
         self._templates: dict[tuple[int, int, str, bool], list[Template]] = {}
+        self._replay = Replay(graph)  # steps lowered once, replayed (replay.py)
+        self._plain: dict[int, bool] = {}  # id(templates) -> only kernels and collectives
         # Two-route schedules (DualPipe): the cells holding each model part twice, and the
         # per-rank tasks their gradient sum waits for, as each copy finishes.
         self._copies = copies(self.schedule)
@@ -160,7 +163,31 @@ class Lowering:
         """Emit ``step`` on every rank of its stage; ``incoming`` maps rank -> p2p task."""
         if incoming:  # the transfer (scatter-gather: then its TP all-gather)
             receive(self.em, step, incoming, self.o.p2p_bytes, self.o.pp_gather)
-        self._emit(step, self._step_templates(step), defaultdict(list))
+        templates = self._step_templates(step)
+        if not self._replayable(step, templates):
+            self._emit(step, templates, defaultdict(list))
+            return
+        # The same templates as an earlier microbatch's: its rows again (replay.py).
+        frontier, key = self.em.state.frontier, (step.stage, id(templates))
+        ranks = self.em.stage_ranks[step.stage]
+        entry, meta = Entry.of(frontier, ranks), _step_meta(step)
+        if not self._replay.replay(key, ranks, entry, meta, frontier):
+            first = len(self.graph)
+            self._emit(step, templates, defaultdict(list))
+            self._replay.record(key, first, ranks, entry, frontier, meta)
+
+    def _replayable(self, step: PipeStep, templates: list[Template]) -> bool:
+        """Whether ``step`` lowers to the same rows every microbatch: plain kernels and
+        collectives, not the chunk's last gradients, no overlapped parameter gathers."""
+        if (step.phase != "F" and step.microbatch == self.schedule.last_microbatch(
+                step.stage, step.chunk)) or (self.em.state.param_ag and step.phase == "F"
+                                             and step.microbatch == 0):
+            return False
+        plain = self._plain.get(id(templates))
+        if plain is None:
+            plain = self._plain[id(templates)] = all(
+                type(t) in (Kernel, Collective) for t in templates)
+        return plain
 
     def emit_overlapped(self, group: Sequence[tuple[PipeStep, dict[int, int] | None]],
                         finish: Callable[[PipeStep], None]) -> None:
@@ -207,7 +234,7 @@ class Lowering:
         stage = step.stage
         grads = (step.microbatch == self.schedule.last_microbatch(stage, step.chunk)
                  and step.phase != "F")
-        meta = {"microbatch": step.microbatch, "chunk": step.chunk, "stage": stage}
+        meta = _step_meta(step)
         # The first forward of a chunk waits for its overlapped parameter all-gathers.
         gather = bool(em.state.param_ag) and step.phase == "F" and step.microbatch == 0
         kernel, collective = em.kernel, em.collective
@@ -263,6 +290,11 @@ class Lowering:
                        ready, c)
         for s in range(self.dims.pp):  # 7. the optimizer
             data_parallel.optimizer(em, s, self.units[s], o)
+
+
+def _step_meta(step: PipeStep) -> dict[str, int]:
+    """The meta of ``step``'s tasks (kernels add their kernel count)."""
+    return {"microbatch": step.microbatch, "chunk": step.chunk, "stage": step.stage}
 
 
 def _runs(templates: Sequence[Template]) -> list[list[Template]]:

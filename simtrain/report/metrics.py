@@ -6,7 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from simtrain.engine.spantable import overlaps
-from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, Timeline
+from simtrain.engine.timeline import COMM_KINDS, COMPUTE_KINDS, SpanKind, Timeline
+
+# The per-rank unions a run's summary asks for (here, ``simulate.step_breakdown`` and
+# ``notes.recompute_share``): computed together, in one pass over the spans.
+SUMMARY_UNIONS: tuple[tuple[str, ...] | None, ...] = (
+    COMPUTE_KINDS, COMM_KINDS, None, *((k,) for k in COMM_KINDS), (SpanKind.RECOMPUTE,))
 
 
 def rank_breakdown(timeline: Timeline) -> dict[int, dict[str, float]]:
@@ -16,6 +21,7 @@ def rank_breakdown(timeline: Timeline) -> dict[int, dict[str, float]]:
     is communication time during which the rank computes nothing.
     """
     table = timeline.columns()  # arrays, no span objects (simtrain.engine.spantable)
+    table.prepare_unions(SUMMARY_UNIONS)
     is_compute, is_comm = table.mask(COMPUTE_KINDS), table.mask(COMM_KINDS)
     compute, comm = table.unions(COMPUTE_KINDS), table.unions(COMM_KINDS)  # all ranks at once
     comm_s = comm.lengths()

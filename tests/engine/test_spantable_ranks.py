@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simtrain.engine import spantable
+from simtrain.engine import rankarrays, spantable
 from simtrain.engine.spantable import (
     RankIntervals,
     blocks,
@@ -73,11 +73,13 @@ def _timeline(spans: list[tuple[int, str, int, int, float]]) -> Timeline:
 
 
 @settings(max_examples=60, deadline=None)
-@given(_spans, st.sampled_from([1, 3, 1 << 20]), st.booleans())
+@given(_spans, st.sampled_from([1, 3, 1 << 20]), st.booleans(), st.sampled_from([0, 1 << 30]))
 def test_per_rank_forms_equal_the_rank_by_rank_ones(spans: list[tuple[int, str, int, int, float]],
-                                                    block: int, by_end: bool) -> None:
-    old = spantable.BLOCK_ROWS
+                                                    block: int, by_end: bool,
+                                                    per_rank: int) -> None:
+    old, old_search = spantable.BLOCK_ROWS, rankarrays.PER_RANK_SEARCH
     spantable.BLOCK_ROWS = block  # small blocks: runs split between ranks
+    rankarrays.PER_RANK_SEARCH = per_rank  # overlaps searched rank by rank (0), or all at once
     try:
         timeline = _timeline(spans)
         if by_end:  # the engine's order (rows by end): no sort in merge_by_rank
@@ -107,8 +109,28 @@ def test_per_rank_forms_equal_the_rank_by_rank_ones(spans: list[tuple[int, str, 
             want = merge_intervals(pairs(rows[comm[rows]]))
             assert a.of(k)[0].tolist() == [w[0] for w in want]
             assert a.of(k)[1].tolist() == [w[1] for w in want]
+        # several unions in one pass: the same intervals as one at a time
+        fresh = _timeline(spans)
+        if by_end:
+            fresh.sort_by_end()
+        again = fresh.columns()
+        again.prepare_unions([("forward",), None, ("tp_comm",), ("forward",), ("hung",)])
+        for key in (("forward",), None, ("tp_comm",), ("hung",)):
+            one, many = table.unions(key), again.unions(key)
+            assert one.starts.tolist() == many.starts.tolist()
+            assert one.ends.tolist() == many.ends.tolist()
+            assert one.bounds.tolist() == many.bounds.tolist()
     finally:
-        spantable.BLOCK_ROWS = old
+        spantable.BLOCK_ROWS, rankarrays.PER_RANK_SEARCH = old, old_search
+
+
+def test_merge_by_rank_with_rising_starts_by_hand() -> None:
+    # One stream per rank (starts rise with the ends): rank 0's [0,1), [1,2) touch -> [0,2),
+    # [3,4) apart; rank 1's [0,5). Each piece starts at its first interval's own start.
+    got = merge_by_rank(np.array([0, 0, 0, 1], dtype=np.int32), np.array([0.0, 1.0, 3.0, 0.0]),
+                        np.array([1.0, 2.0, 4.0, 5.0]), np.array([0, 1]))
+    assert got.starts.tolist() == [0.0, 3.0, 0.0] and got.ends.tolist() == [2.0, 4.0, 5.0]
+    assert got.bounds.tolist() == [0, 2, 3]
 
 
 def test_empty_table_has_no_ranks() -> None:
