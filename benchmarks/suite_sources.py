@@ -284,8 +284,16 @@ def automodel(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
             gbs=r["gbs"], mbs=r["mbs"], tp=r["tp"], pp=r["pp"], cp=r["cp"], vp=r.get("vp"),
             ep=ep, fsdp=True, prec="BF16",
             par={**({"moe_dispatcher": "deepep"} if deepep else {}),
-                 **AUTOMODEL_RECOMPUTE.get(name, {})} or None))
+                 **AUTOMODEL_RECOMPUTE.get(name, {})} or None,
+            compute={"linears": "separate"} if name.startswith(AUTOMODEL_SEPARATE) else None))
     return unique(rows)
+
+
+# AutoModel models whose attention (and dense MLP) projections are separate nn.Linear
+# GEMMs, q_proj, k_proj, v_proj (gate_proj, up_proj), not fused ones (nemo_automodel
+# 0.7.0 components/models/llama/model.py, qwen3_moe/layers.py, gpt_oss/layers.py):
+# compute.linears separate (simtrain/workload/linears.py).
+AUTOMODEL_SEPARATE = ("Llama", "Qwen3", "GPT-OSS")
 
 
 # Rows that cannot run without activation checkpointing, with the recompute AutoModel's
@@ -364,7 +372,9 @@ SPECS_MEGATRON = [
                   "FSDP2 is torch fully_shard (source: 'PyTorch-native backend: FSDP2'): its",
                   "copy-out/copy-in kernels run.",
                   "GPT-OSS rows list DeepEP but print no EP: ep = min(GPUs per stage, 64), the",
-                  "rule every row that prints EP follows (suite_sources.automodel_ep)."],
+                  "rule every row that prints EP follows (suite_sources.automodel_ep).",
+                  "Llama, Qwen3 and GPT-OSS run separate q/k/v (and gate/up) linears",
+                  "(compute.linears separate; suite_sources.AUTOMODEL_SEPARATE)."],
               base={"parallelism": {"order": ORDER, "fsdp": {"copies": True}},
                     "sim": {"granularity": "layer"}}),
     SuiteSpec("mcore-moe-mixtral", "megatron_core_moe_readme_mixtral", "mcore-2024-model",

@@ -25,6 +25,9 @@ TITAN_CHOICES = [
     "batch-first (model.layout bsh: copies around SP collectives, simtrain/parallel/sp_layout.py).",
     "With PP, blocks are not resharded after forward and gradients are reduce-scattered once,",
     "after each stage's last backward (torchtitan's default reshard policy, torch pipelining).",
+    "torchtitan's linears are separate nn.Linear GEMMs (wq, wk, wv; w1, w3: compute.linears",
+    "separate, simtrain/workload/linears.py); up to torchtitan 0.2.0 (Oct 2025) GQA models copy",
+    "K and V out to every query head before SDPA (repeat_kv: model.gqa repeat).",
 ]
 # Fused attention torchtitan runs: PyTorch SDPA's flash backend, FlashAttention-2
 # (simtrain/workload/attention_impl.py), on Hopper and Ampere; on Blackwell it puts SDPA's
@@ -37,12 +40,22 @@ FA2_GPUS = ("h100", "h200", "a100")
 # Its Llama keeps activations [b, s, h] and shards the sequence on dim 1 (model.layout bsh).
 # Its async TP is PyTorch's (torch.compile's micro-pipeline pass over symmetric memory,
 # ``tp_comm_overlap_impl: symm_mem``: simtrain/parallel/tensor.py).
+# Its Llama (torchtitan/models/llama3/model/model.py, 0.1.0 and 0.2.0 wheels; the Dec 2024
+# torchtitan/models/llama/model.py the same) runs Attention's wq, wk, wv and FeedForward's
+# w1, w3 as separate nn.Linear GEMMs (compute.linears: separate, simtrain/workload/linears.py).
 TITAN_BASE: dict[str, Any] = {"model": {"layout": "bsh"},
                               "parallelism": {"order": ORDER,
                                               "ddp": {"overlap_param_gather": False},
                                               "fsdp": {"copies": True},
                                               "tp_comm_overlap_impl": "symm_mem"},
+                              "compute": {"linears": "separate"},
                               "sim": {"granularity": "layer"}}
+# Up to 0.2.0 (built 18 Oct 2025) Attention.forward expands K and V to every query head
+# with repeat_kv before SDPA (llama3 in 0.1.0 and 0.2.0, llama4 in 0.1.0 experiments/ and
+# 0.2.0 models/); 0.3.0's GQAttention passes enable_gqa instead (models/common/attention.py).
+# Every GQA suite here ran before 0.3.0 (Aug 2024 to torchtitan 6fc499f6, Aug 2025); the
+# DeepSeek-V3 suite (MLA, no KV heads to repeat) keeps TITAN_BASE.
+TITAN_GQA_BASE: dict[str, Any] = {**TITAN_BASE, "model": {"layout": "bsh", "gqa": "repeat"}}
 # With PP, torchtitan's apply_fsdp ("default" reshard policy) keeps each block unsharded
 # after forward ("to avoid per-microbatch all-gathers"; read in the torchtitan 0.1.0
 # wheel, models/llama3/infra/parallelize.py), and torch.distributed.pipelining turns
@@ -242,17 +255,17 @@ def deepseek_v3(source: dict[str, Any], shapes: Shapes) -> list[dict[str, Any]]:
 
 SPECS_OTHER = [
     SuiteSpec("torchtitan-llama31-h100", "torchtitan_llama31_h100_2024_12", "",
-              torchtitan_2024_12, choices=TITAN_CHOICES, base=TITAN_BASE),
+              torchtitan_2024_12, choices=TITAN_CHOICES, base=TITAN_GQA_BASE),
     SuiteSpec("torchtitan-async-tp-h100", "torchtitan_async_tp_h100_2025_06", "",
               torchtitan_async_tp, choices=TITAN_CHOICES + [
                   "Each row is two rows: vanilla TP and async TP (tp_comm_overlap)."],
-              base=TITAN_BASE),
+              base=TITAN_GQA_BASE),
     SuiteSpec("torchtitan-h200", "torchtitan_h200_trainy_2025_06", "", torchtitan_h200,
-              choices=TITAN_CHOICES, base=TITAN_BASE),
+              choices=TITAN_CHOICES, base=TITAN_GQA_BASE),
     SuiteSpec("torchtitan-docs-2024-08", "torchtitan_docs_performance_2024_08", "",
               torchtitan_docs, choices=TITAN_CHOICES + [
                   "A100 rows on the dgx-a100 preset (8x A100 80GB, 8x HDR per node; the",
-                  "source does not state the fabric)."], base=TITAN_BASE),
+                  "source does not state the fabric)."], base=TITAN_GQA_BASE),
     SuiteSpec("torchtitan-dsv3-gb300", "torchtitan_dsv3_gb300_2026_10", "", torchtitan_dsv3,
               choices=TITAN_CHOICES, base=TITAN_BASE),
     SuiteSpec("torchtitan-mxfp8-blackwell", "torchtitan_mxfp8_blackwell", "",
@@ -262,7 +275,7 @@ SPECS_OTHER = [
                   "On the B200 rows attention is SDPA's cuDNN backend (torchtitan's first",
                   "choice on Blackwell; compute.attention_impl cudnn), which per-op AC",
                   "recomputes: its save list names only the flash and efficient SDPA ops."],
-              base=TITAN_BASE),
+              base=TITAN_GQA_BASE),
     SuiteSpec("simumax-b200", "simumax_b200_release_v1_2_real", "", simumax, choices=[
         "Compared: the real iteration time (step_ms), not SimuMax's prediction. Launcher",
         "flags as stated: distributed optimizer (zero 1) without --overlap-grad-reduce or",

@@ -87,7 +87,7 @@ class Emitter:
 
     def duration(self, op: Op) -> float:
         """Seconds of ``op``; layers repeat, so each distinct op shape is costed once."""
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups)
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups, op.parts)
         t = self._times.get(key)
         if t is None:
             t = self._times[key] = self._op_time(op)

@@ -163,7 +163,7 @@ def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, r
     cache: dict[tuple[object, ...], float] = {}
 
     def duration(op: Op) -> float:
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups)
+        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups, op.parts)
         if key not in cache:
             cache[key] = op_time(op)
         return cache[key]

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from simtrain.units import Seconds
 from simtrain.workload.attention_impl import fa2_efficiency, op_sac_saves_attention
 from simtrain.workload.cross_entropy import CrossEntropyImpl
+from simtrain.workload.linears import separate_kernels
 from simtrain.workload.model import OP_KINDS, Op
 
 # Fraction of dense peak a large, well-shaped bf16 GEMM reaches with cuBLAS/cuBLASLt.
@@ -130,6 +131,10 @@ class ComputeConfig(BaseModel):
     # torch.compile fusion or Transformer Engine's Triton kernel ("te");
     # simtrain.workload.cross_entropy.
     cross_entropy: CrossEntropyImpl = "unfused"
+    # Multi-output linears: "fused" (one GEMM for Q, K, V and one for SwiGLU's gate and up,
+    # Megatron-Core's linear_qkv and linear_fc1) or "separate" (one nn.Linear each, as
+    # torchtitan's Llama and Hugging Face models run them); simtrain.workload.linears.
+    linears: Literal["fused", "separate"] = "fused"
     # Training uses causal masks: a causal flash kernel skips the blocks above the diagonal
     # and executes about half the non-causal FLOPs that Op.flops counts (MFU convention).
     causal_attention: bool = True
@@ -268,11 +273,15 @@ def gemm_efficiency(m: int, n: int, k: int, gpu: GPULike, cfg: ComputeConfig,
 def op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, dtype: str = "bf16") -> float:
     """Seconds for ``op`` on ``gpu``: roofline max of FLOP and byte time, plus launch.
 
-    gemm uses ``gemm_efficiency`` of its shape, attention ``attention_efficiency`` on the
+    gemm uses ``gemm_efficiency`` of its shape (with ``cfg.linears`` "separate", a GEMM
+    with ``parts`` is the sum of its separate kernels, ``simtrain.workload.linears``),
+    attention ``attention_efficiency`` on the
     executed FLOPs (half of Op.flops when causal); memory-bound kinds use bytes only.
     """
     if op.flops < 0 or op.bytes < 0:
         raise ValueError(f"op {op.name!r} has negative flops {op.flops} or bytes {op.bytes}")
+    if op.kind == "gemm" and cfg.linears == "separate" and len(op.parts) > 1:
+        return sum(op_time(k, gpu, cfg, dtype) for k in separate_kernels(op))
     if cfg.tables:  # measured kernel times first (simtrain.workload.tables)
         from simtrain.workload.tables import measured_time
         measured = measured_time(op, gpu, cfg.tables, dtype)

@@ -62,6 +62,7 @@ parameter) beside the BF16 weights and the FP32 master weights (``FP8_WEIGHT_BYT
 from __future__ import annotations
 
 from simtrain.workload.compute import ComputeConfig, GPULike, gemm_efficiency, op_time
+from simtrain.workload.linears import separate_kernels
 from simtrain.workload.model import Op
 
 FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise")
@@ -218,7 +219,9 @@ def cast_kernels(op: Op, recipe: str, microbatches: int, sp_gather: int = 1) -> 
 def fp8_op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, recipe: str,
                 microbatches: int, sp_gather: int = 1) -> float:
     """Seconds of ``op`` under FP8 training: FP8 GEMMs at the FP8 peak and FP8 efficiency
-    plus their cast kernels (memory-bound, one launch each); everything else as BF16."""
+    plus their cast kernels (memory-bound, one launch each); everything else as BF16.
+    With ``compute.linears`` "separate" the GEMM runs as its separate linears
+    (``simtrain.workload.linears``) and its casts stay the fused op's."""
     if not runs_in_fp8(op):
         return op_time(op, gpu, cfg, "bf16")
     assert op.gemm_shape is not None
@@ -226,13 +229,21 @@ def fp8_op_time(op: Op, gpu: GPULike, cfg: ComputeConfig, recipe: str,
     if ceiling is None:
         raise ValueError(f"no default FP8 GEMM efficiency for {gpu.arch!r}; set "
                          f"compute.fp8_gemm_efficiency")
+    kernels = separate_kernels(op) if cfg.linears == "separate" else [op]
+    gemm = sum(_fp8_gemm(k, gpu, cfg, ceiling) if k.kind == "gemm"
+               else op_time(k, gpu, cfg, "bf16") for k in kernels)
+    casts = sum(op_time(Op(f"{op.name}.cast", "elementwise", 0.0, b, None, (), 0.0), gpu,
+                        cfg, "bf16") for b in cast_kernels(op, recipe, microbatches, sp_gather))
+    return gemm + casts
+
+
+def _fp8_gemm(op: Op, gpu: GPULike, cfg: ComputeConfig, ceiling: float) -> float:
+    """Seconds of one FP8 GEMM kernel ``op`` (FP8 operands, BF16 output), with its launch."""
+    assert op.gemm_shape is not None
     eff = gemm_efficiency(*op.gemm_shape, gpu, cfg, "fp8", max_efficiency=ceiling,
                           groups=op.groups)
     # FP8 operands are half the bytes of BF16 ones (the output stays BF16).
     m, n, k = op.gemm_shape
     nbytes = op.bytes - (m * k + n * k) * op.groups
-    gemm = max(op.flops / (gpu.flops("fp8") * eff),
-               nbytes / (gpu.hbm_bandwidth * cfg.hbm_efficiency(gpu.arch)))
-    casts = sum(op_time(Op(f"{op.name}.cast", "elementwise", 0.0, b, None, (), 0.0), gpu,
-                        cfg, "bf16") for b in cast_kernels(op, recipe, microbatches, sp_gather))
-    return gemm + cfg.launch_overhead + casts
+    return max(op.flops / (gpu.flops("fp8") * eff),
+               nbytes / (gpu.hbm_bandwidth * cfg.hbm_efficiency(gpu.arch))) + cfg.launch_overhead

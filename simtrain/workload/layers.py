@@ -44,6 +44,7 @@ from simtrain.workload.ops import (
     flash_attention,
     gemm,
     norm,
+    repeat_kv,
 )
 from simtrain.workload.unpermute import unpermute_op
 
@@ -324,6 +325,9 @@ def _attention(cfg: ModelConfig, p: str, b: int, s: int, dt: int, shard: Shard,
         rope = elementwise(f"{p}.attn.rope", m * (hl + kvl), m * (hl + kvl), ROPE_FLOPS, dt)
         eager = cfg.elementwise == "eager"
         items.append(eager_rope(rope, m * (hl + kvl), dt) if eager else rope)
+    if cfg.gqa == "repeat" and kvl < hl:  # the kernel (and CP's blocks) see all heads' K, V
+        items.append(repeat_kv(f"{p}.attn.repeat_kv", m, kvl, hl, dt))
+        kvl = hl
     if shard.cp > 1:  # context parallelism runs fused (flash) blocks whatever the kernel
         core = flash_attention(f"{p}.attn.core", b, al, sl, s, hl, kvl, dt)
         items.append(ContextAttention(f"{p}.attn.kv_allgather", core,

@@ -201,6 +201,11 @@ class ModelConfig(BaseModel):
     # shared ``kv_lora_rank`` latent, per-head ``qk_head_dim`` (no RoPE) + ``qk_rope_dim``
     # (decoupled RoPE) query/key widths and ``v_head_dim`` value width.
     attention: Literal["gqa", "mla"] = "gqa"
+    # How a GQA attention meets its shared K/V heads: "native" (the kernel reads each KV
+    # head for its group of query heads: FlashAttention, cuDNN, SDPA's enable_gqa) or
+    # "repeat" (K and V copied out to one head per query head first: torchtitan's
+    # ``repeat_kv`` up to 0.2.0; ``ops.repeat_kv``).
+    gqa: Literal["native", "repeat"] = "native"
     q_lora_rank: int | None = None
     kv_lora_rank: int | None = None
     qk_head_dim: int | None = None
@@ -250,6 +255,9 @@ class ModelConfig(BaseModel):
         h, a = self.hidden_size, self.num_heads
         if self.attention == "mla":
             check_mla(self)
+            if self.gqa == "repeat":
+                raise ValueError("model.gqa repeat copies out grouped K/V heads; MLA has "
+                                 "none (attention: mla): drop model.gqa")
         elif self.head_dim is None and h % a:
             raise ValueError(f"model.hidden_size {h} is not divisible by num_heads {a}; pick "
                              f"num_heads dividing {h} (e.g. {h // 128 or 1} heads of 128), "

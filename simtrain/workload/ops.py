@@ -71,7 +71,8 @@ class Op:
     backward_bytes: float | None = None
     # Output widths of the separate linears a fused GEMM stands for, in forward order
     # (QKV: q, k, v; SwiGLU fc1: gate w1, up w3, as torchtitan's Llama writes them);
-    # empty: one linear. Read by per-op checkpointing (simtrain.parallel.op_checkpoint).
+    # empty: one linear. A backward GEMM keeps its forward's. Read by per-op checkpointing
+    # (simtrain.parallel.op_checkpoint) and compute.linears "separate" (workload.linears).
     parts: tuple[int, ...] = ()
     # The Megatron-Core module (``recompute_modules`` name, workload.moe.RECOMPUTE_MODULES)
     # whose output-discarding checkpoint re-runs this kernel when the plan names it.
@@ -155,13 +156,25 @@ def flash_attention(name: str, b: int, heads: int, sq: int, sk: float, q: int, k
               None, (), float(dt * m * (q + 2 * kv) + lse), role="core_attention")
 
 
+def repeat_kv(name: str, m: int, kv: int, q: int, dt: int) -> Op:
+    """K and V of m tokens expanded from ``kv`` to ``q`` features each (a copy per query
+    head of its KV head), torchtitan's ``repeat_kv`` (``unsqueeze``, ``expand``,
+    ``reshape``: the reshape of the expanded view materialises it, torchtitan 0.1.0 and
+    0.2.0 ``models/llama3/model/model.py``): reads 2·m·kv, writes 2·m·q elements. Its
+    backward sums each group's gradients back (reads 2·m·q, writes 2·m·kv): the same bytes.
+    Saves nothing (the attention saves its expanded inputs)."""
+    nbytes = float(dt * 2 * m * (kv + q))
+    return Op(name, "elementwise", 0.0, nbytes, None, (), 0.0, backward_bytes=nbytes)
+
+
 def backward_ops(op: Op) -> tuple[Op, ...]:
     """The backward kernels of forward ``op``, in execution order (its role kept).
 
     - gemm (m, n, k): dgrad dX = dY·W with shape (m, k, n) then wgrad dW = dYᵀ·X with shape
       (n, k, m) (the weight's [out, in] layout, reducing over tokens); each costs the forward's
       2·m·n·k FLOPs and touches the same three matrices. wgrad owns the params. dgrad is
-      the input gradient, wgrad the weight gradient (``Op.grad``).
+      the input gradient, wgrad the weight gradient (``Op.grad``). Both keep the forward's
+      ``parts`` (the separate linears' widths: dgrad's reduction, wgrad's rows).
     - attention: one fused kernel, 2.5× forward FLOPs: FlashAttention-2 backward runs 5
       matmuls (QKᵀ recomputed, dV, dP, dQ, dK) against 2 forward (Dao 2023, Sec. 3.1);
       bytes 2× (reads q, k, v, o, dO; writes dq, dk, dv).
@@ -179,9 +192,9 @@ def backward_ops(op: Op) -> tuple[Op, ...]:
         m, n, k = op.gemm_shape
         g = op.groups  # grouped: each expert's dgrad and wgrad (over its own m tokens)
         return (Op(f"{op.name}.dgrad", "gemm", op.flops, op.bytes, (m, k, n), (), 0.0,
-                   "input", r, g, launches=op.launches),
+                   "input", r, g, launches=op.launches, parts=op.parts),
                 Op(f"{op.name}.wgrad", "gemm", op.flops, op.bytes, (n, k, m), op.params, 0.0,
-                   "weight", r, g, launches=op.launches))
+                   "weight", r, g, launches=op.launches, parts=op.parts))
     if op.kind == "attention":
         return (Op(f"{op.name}.bwd", "attention", 2.5 * op.flops, 2.0 * op.bytes, None,
                    op.params, 0.0, "input", r),)
