@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from simtrain.engine.rankarrays import first_use
 from simtrain.engine.taskgraph import TaskGraph
 from simtrain.limits import MAX_TASKS
 
@@ -141,7 +142,7 @@ class Replay:
             column.extend(column[a:b])  # an array slice is a copy
         codes = np.frombuffer(g.meta, dtype=np.uint32)[a:b].copy()  # no view: it grows
         remap: dict[int, int] = {}
-        for c in dict.fromkeys(codes.tolist()):  # first use order, as lowering interns them
+        for c in first_use(codes):  # in order of first use, as lowering interns them
             remap[c] = g._meta_code(_moved_meta(g.metas[c], rec.meta, meta))
         table = np.zeros(max(remap) + 1, dtype=np.uint32)
         table[list(remap)] = list(remap.values())
