@@ -98,7 +98,9 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
     capacity), shared experts add a dense MLP's terms and the
     router its fp32 logits; the fullest of a dense and a MoE layer counts when the first
     layers are dense. MLA: ``mla.mla_activation_units`` in place of Q, K, V and the proj
-    input. Query width a·d (= h unless head_dim is given). ``op`` (torchtitan's per-op
+    input. Query width a·d (= h unless head_dim is given); ``model.gqa`` repeat saves K
+    and V at that width (kv = a·d: the attention's inputs are the repeated copies; under
+    ``op`` they are recomputed, not saved). ``op`` (torchtitan's per-op
     checkpointing): the block input, the saved mm and SDPA outputs
     (``op_checkpoint_widths``; a MoE block counted as a dense one) and the logsumexp; with
     ``attention_saved`` False (cuDNN SDPA, not in the save list) neither the SDPA output nor
@@ -130,7 +132,9 @@ def layer_activation_bytes(cfg: ModelConfig, b: int, s: int, *, tp: int = 1, cp:
         split, latent = mla_activation_units(cfg)
         attn, full = split * sl * b, latent * sl * b
     else:
-        attn = (2.0 * (q + 2 * kv) + 2.0 * q) * sl * b
+        # SDPA's saved K and V are query-head wide after repeat_kv (``model.gqa``)
+        kv_saved = q if cfg.gqa == "repeat" else kv
+        attn = (2.0 * (q + 2 * kv_saved) + 2.0 * q) * sl * b
         if cfg.qk_norm:  # QK-norm saves its inputs, q and k, and fp32 rstd per head row
             attn += (2.0 * (q + kv) + 4.0 * (cfg.num_heads + cfg.kv_heads)) * sl * b
     if cfg.attention_kernel == "standard" and recompute == "none" and cfg.attention != "mla":

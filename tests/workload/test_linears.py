@@ -133,3 +133,16 @@ def test_gqa_repeat_is_a_no_op_for_mha_and_refused_for_mla() -> None:
     with pytest.raises(ValueError, match="MLA"):
         ModelConfig(**LLAMA, attention="mla", q_lora_rank=1536, kv_lora_rank=512,
                     qk_head_dim=128, qk_rope_dim=64, v_head_dim=128, gqa="repeat")
+
+
+def test_gqa_repeat_saves_query_wide_kv_without_checkpointing() -> None:
+    from simtrain.workload.memory import layer_activation_bytes
+
+    # No recompute: SDPA saves the repeated K and V, 2 B · b·s · 2·(q - kv) more:
+    # 2 · 8192 · 2 · (4096 - 1024) = 100,663,296 bytes. Per-op AC recomputes them: equal.
+    def saved(gqa: str, recompute: str) -> float:
+        cfg = ModelConfig(**LLAMA, gqa=gqa)
+        return layer_activation_bytes(cfg, 1, 8192, recompute=recompute)  # type: ignore[arg-type]
+
+    assert saved("repeat", "none") - saved("native", "none") == 100_663_296
+    assert saved("repeat", "op") == saved("native", "op")
