@@ -60,8 +60,8 @@ class _Split(NamedTuple):
 
 @dataclass(eq=False, slots=True)
 class _Rated:
-    """A connected flow set's max-min rates, and which of its flows stay connected
-    (``components`` labels, found when first needed)."""
+    """A flow set's max-min rates, and which of its flows are connected (the labels of
+    ``FlowNetwork._pieces``, found when first needed)."""
 
     rates: list[float]
     labels: tuple[int, ...] | None = None
