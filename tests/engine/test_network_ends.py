@@ -45,25 +45,6 @@ class _WalkNetwork(FlowNetwork):
         self._recompute(_walk(self, [f.route for f in ended]))
 
 
-def _run(cls, capacity, batches, check=None):
-    env = simpy.Environment()
-    net = cls(env, _links(capacity))
-    out: list[list[float] | None] = [None] * len(batches)
-
-    def starter(i, start, transfers):
-        yield env.timeout(start)
-        finish = yield net.transfer_all(transfers)
-        out[i] = list(finish)
-
-    for i, (start, transfers) in enumerate(batches):
-        env.process(starter(i, start, transfers))
-    while env.peek() < float("inf"):
-        env.step()
-        if check is not None:
-            check(net)
-    return out
-
-
 def _groups_are_components(net: FlowNetwork) -> None:
     active = [f for f in net._flows.values() if isinstance(f, Flow)]
     for flow in active:
@@ -91,17 +72,17 @@ def test_pieces_by_hand():
                                              st.sampled_from([5.0, 10.0, 20.0, 35.5])),
                                    min_size=1, max_size=5)),
                 min_size=1, max_size=7))
-def test_groups_end_every_flow_bit_for_bit_as_the_walk(batches):
+def test_groups_end_every_flow_bit_for_bit_as_the_walk(run_flows, batches):
     # Sizes from a few values, so flows often end at the same instant (batched ends) and
     # ends split groups; every group must stay its flows' connected set, and every end time
     # must be the walk's to the bit.
     capacity = [10.0, 4.0, 7.0, 10.0, 2.0, 5.0]
     batches = [(t, [(tuple(r), nb) for r, nb in flows]) for t, flows in batches]
-    grouped = _run(FlowNetwork, capacity, batches, _groups_are_components)
-    assert grouped == _run(_WalkNetwork, capacity, batches)
+    grouped = run_flows(capacity, batches, FlowNetwork, _groups_are_components)
+    assert grouped == run_flows(capacity, batches, _WalkNetwork)
 
 
-def test_flows_ending_at_one_instant_are_rerated_once(monkeypatch):
+def test_flows_ending_at_one_instant_are_rerated_once(monkeypatch, run_flows):
     # Links 0 and 1 (10 B/s each): A and B (10 B) on link 0, C (10 B) and D (40 B) on
     # link 1, E (10 B) on both, all from t=0. Each link holds three flows, so all five run
     # at 10/3 B/s, and A, B, C and E (10 B each) end together at t = 10 / (10/3) = 3: one
@@ -114,7 +95,7 @@ def test_flows_ending_at_one_instant_are_rerated_once(monkeypatch):
         original(self, flows, grouped)
 
     monkeypatch.setattr(FlowNetwork, "_recompute", spy)
-    (a, b, c, d), (e,) = _run(FlowNetwork, [10.0, 10.0], [
+    (a, b, c, d), (e,) = run_flows([10.0, 10.0], [
         (0.0, [((0,), 10.0), ((0,), 10.0), ((1,), 10.0), ((1,), 40.0)]),
         (0.0, [((0, 1), 10.0)])])  # two batches on shared links: flows, not a unit
     assert a == b == c == e == pytest.approx(3.0) and d == pytest.approx(6.0)
