@@ -27,6 +27,7 @@ from simtrain.parallel.grad_ready import GradReady
 from simtrain.parallel.plan import ParallelDims
 from simtrain.parallel.symmetry import Images, Symmetry, simulated_stage_ranks
 from simtrain.parallel.templates import Collective, Kernel
+from simtrain.workload.fp8 import time_key
 from simtrain.workload.model import Op
 
 # Group kinds besides the ParallelDims axes: "ep" (expert parallel), "grad" (dense
@@ -87,7 +88,7 @@ class Emitter:
 
     def duration(self, op: Op) -> float:
         """Seconds of ``op``; layers repeat, so each distinct op shape is costed once."""
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups, op.parts)
+        key = time_key(op)
         t = self._times.get(key)
         if t is None:
             t = self._times[key] = self._op_time(op)

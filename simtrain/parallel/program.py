@@ -30,6 +30,7 @@ from simtrain.parallel.templates import (
     TPOverlap,
     unhandled,
 )
+from simtrain.workload.fp8 import time_key
 from simtrain.workload.model import Op, backward_ops
 
 Duration = Callable[[Op], float]
@@ -163,7 +164,7 @@ def stage_compute_times(units: Sequence[Sequence[Sequence[Unit]]], *, cp: int, r
     cache: dict[tuple[object, ...], float] = {}
 
     def duration(op: Op) -> float:
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups, op.parts)
+        key = time_key(op)
         if key not in cache:
             cache[key] = op_time(op)
         return cache[key]

@@ -236,6 +236,7 @@ def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
     from simtrain.parallel import program
     from simtrain.parallel.expert import split_expert
     from simtrain.workload.compute import op_time
+    from simtrain.workload.fp8 import time_key
 
     gpu, comp, dtype = cluster.gpu_spec, scenario.compute, scenario.training.dtype
     par, d = scenario.parallelism, plan.dims
@@ -247,7 +248,7 @@ def chain_costs(scenario: Any, cluster: Any, plan: Any) -> ChainCosts:
     times: dict[tuple[object, ...], float] = {}
 
     def duration(op: Any) -> float:
-        key = (op.kind, op.flops, op.bytes, op.gemm_shape)
+        key = time_key(op)
         if key not in times:
             times[key] = op_time(op, gpu, comp, dtype)
         return times[key]

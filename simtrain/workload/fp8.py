@@ -99,6 +99,8 @@ FP8_GATHER_SHARE = 0.5  # bytes of an FP8 gather per byte of the BF16 one (1 B v
 # backward all-gather of their output gradient).
 _GATHERED_INPUT = (".attn.qkv", ".mlp.fc1")
 _GATHERED_GRAD = (".attn.proj", ".mlp.fc2")
+# Every name ending this module tells GEMMs apart by (``time_key``).
+_NAMED_GEMMS = BF16_GEMMS + FUSED_INPUT_CASTS + _GATHERED_GRAD
 
 # Peak fraction of a large FP8 GEMM. H100 SXM FP8 cuBLASLt GEMMs reach ~1,300-1,450 of
 # 1,979 TFLOP/s on large shapes, lower relative to peak than BF16 (NVIDIA Transformer
@@ -132,6 +134,21 @@ def check_fp8(arch: str, gpu_name: str, recipe: str) -> None:
         raise ValueError(f"training.fp8.recipe blockwise is modelled on Hopper only, but "
                          f"{gpu_name} is {arch}; use mxfp8 (block scales on Blackwell), "
                          f"delayed or current")
+
+
+def time_key(op: Op) -> tuple[object, ...]:
+    """Everything of ``op`` that ``op_time`` and ``fp8_op_time`` read: ops with equal keys
+    take equal seconds, so a layer's repeats are costed once (parallel.emit,
+    parallel.program, study.plan_bound). The name counts through its pass (".dgrad",
+    ".wgrad" or the forward) and which named GEMM it is (``BF16_GEMMS``,
+    ``FUSED_INPUT_CASTS``, ``_GATHERED_GRAD``): a forward GEMM and a dgrad of one shape
+    cast different operands, and an expert's GEMM or core attention's bmm differ by role."""
+    name = op.name
+    stage = next((s for s in (".dgrad", ".wgrad") if name.endswith(s)), "")
+    base = name.removesuffix(stage)
+    named = next((s for s in _NAMED_GEMMS if base.endswith(s)), "")
+    return (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups, op.parts, op.role,
+            op.grad, stage, named)
 
 
 def runs_in_fp8(op: Op) -> bool:

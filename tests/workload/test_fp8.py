@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +18,7 @@ from simtrain.workload.fp8 import (
     fp8_op_time,
     gathers_fp8,
     runs_in_fp8,
+    time_key,
 )
 from simtrain.workload.model import Op
 
@@ -83,6 +84,25 @@ def test_fp8_op_time_by_hand() -> None:
     gemm = 1.34217728e10 / (2e15 * 0.7 * (4096 / (4096 + 0.5e-6 * 2e13 / 32768)))
     assert fp8_op_time(op, FakeGPU(), CFG, "delayed", 1) == pytest.approx(
         gemm + 2 * 1280 * 4096 * 4 / 2e12, rel=1e-4)
+
+
+def test_time_key_tells_a_forward_gemm_from_a_dgrad_of_its_shape() -> None:
+    # proj forward (1280, 1280, 4096) and a dgrad of the same (m, n, k) have equal kind,
+    # FLOPs, bytes and shape, but the forward casts X and W (2 x 20.97 MB, 20.97 us at
+    # 2e12 B/s) and the dgrad only dY (1280·4096 x 4 B = 10.49 us): a cache keyed without
+    # the pass would give the dgrad the forward's seconds.
+    fwd = _gemm("layers.0.attn.proj", 1280, 1280, 4096)
+    dgrad = replace(_gemm("layers.0.attn.proj.dgrad", 1280, 1280, 4096), grad="input")
+    fwd_s = fp8_op_time(fwd, FakeGPU(), CFG, "delayed", 1)
+    dgrad_s = fp8_op_time(dgrad, FakeGPU(), CFG, "delayed", 1)
+    assert fwd_s - dgrad_s == pytest.approx(1280 * 4096 * 4 / 2e12, rel=1e-6)
+    assert time_key(fwd) != time_key(dgrad)
+    # The same GEMM in another layer, or a wgrad's "weight" in another layer, costs the same.
+    assert time_key(fwd) == time_key(replace(fwd, name="layers.7.attn.proj"))
+    wgrad = replace(_gemm("layers.0.attn.qkv.wgrad", 8, 8, 8), grad="weight")
+    assert time_key(wgrad) == time_key(replace(wgrad, name="layers.3.attn.qkv.wgrad"))
+    # qkv (its input written in FP8 by the norm) and proj of one shape cast differently.
+    assert time_key(fwd) != time_key(replace(fwd, name="layers.0.attn.qkv"))
 
 
 def test_fp8_needs_fp8_tensor_cores() -> None:
