@@ -86,11 +86,7 @@ class Stream:
             if finish[d] == math.inf:
                 self.cursor[0] = tid
                 self.ex._skipping.add(self)
-                waiter = self.waiters.get(d)  # Executor._waiter's case of a task not ended
-                if waiter is None:
-                    waiter = self.waiters[d] = simpy.Event(self.ex.env)
-                self.state = _SKIPPED
-                waiter.callbacks.append(self.step)  # type: ignore[union-attr]
+                self._wait(self._waiter(d), _SKIPPED)
                 return True
         return False
 
@@ -147,11 +143,8 @@ class Stream:
                 waiter = self.waiters[tid] = simpy.Event(self.ex.env)
             return waiter
         ex = self.ex
-        if when > ex.env._now:  # a chain run ahead: Executor._at_end (the end may move)
-            event = ex.env.at(when)
-            if ex.interferes:
-                ex._moves.setdefault(tid, []).append(event)
-            return event
+        if when > ex.env._now:  # a chain run ahead: its end may move (Executor._at_end)
+            return ex._at_end(tid, when, simpy.Event(ex.env))
         return ex.env.at(ex.env._now)
 
     def _wait(self, event: simpy.Event, state: int) -> None:
