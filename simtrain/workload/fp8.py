@@ -144,11 +144,11 @@ def time_key(op: Op) -> tuple[object, ...]:
     ``FUSED_INPUT_CASTS``, ``_GATHERED_GRAD``): a forward GEMM and a dgrad of one shape
     cast different operands, and an expert's GEMM or core attention's bmm differ by role."""
     name = op.name
-    stage = next((s for s in (".dgrad", ".wgrad") if name.endswith(s)), "")
-    base = name.removesuffix(stage)
+    backward = next((s for s in (".dgrad", ".wgrad") if name.endswith(s)), "")
+    base = name.removesuffix(backward)
     named = next((s for s in _NAMED_GEMMS if base.endswith(s)), "")
     return (op.kind, op.flops, op.bytes, op.gemm_shape, op.groups, op.parts, op.role,
-            op.grad, stage, named)
+            op.grad, backward, named)
 
 
 def runs_in_fp8(op: Op) -> bool:
